@@ -1,0 +1,27 @@
+"""clustersim's engine and everything around it.
+
+``simulator.run(scenario)`` simulates one iteration; ``scenario`` is a path to a
+YAML file, a dict in the scenario format, or a loaded ``Scenario``. It returns a
+``RunResult`` with ``.summary``, ``.spans`` and ``.comms`` (pandas DataFrames)
+and ``.gantt(path)``. Imports are lazy so that ``simulator.ir`` and
+``simulator.units`` stay light for ``workloads`` and ``topologies``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run(scenario: Any, overrides: tuple[str, ...] = ()):
+    """Simulate ``scenario`` (path, dict or Scenario) and return its RunResult."""
+    from pathlib import Path
+
+    from simulator import run as run_module
+    from simulator import scenario as scenario_module
+
+    if isinstance(scenario, (str, Path)):
+        scenario = scenario_module.load(scenario, overrides)
+    elif isinstance(scenario, dict):
+        scenario = scenario_module.from_dict(
+            scenario_module.apply_overrides(dict(scenario), overrides))
+    return run_module.run(scenario)

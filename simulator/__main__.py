@@ -1,0 +1,7 @@
+"""``python -m simulator`` is the ``clustersim`` command."""
+
+import sys
+
+from simulator.cli import main
+
+sys.exit(main())

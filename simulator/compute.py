@@ -1,0 +1,62 @@
+"""How long a kernel takes on a GPU: a roofline with shape-dependent efficiency.
+
+    t = max(flops / (peak * eff(kernel)), bytes / (hbm * mem_eff)) + overhead
+
+GEMM efficiency rises with size, ``eff = gemm_eff * x / (x + x_half)`` where x is
+the geometric mean of (m, n, k): small GEMMs cannot fill the GPU's SMs. Fused
+attention runs at a constant fraction of peak; element-wise kernels are bound
+by memory bandwidth. The figures come from the GPU spec (``topologies.gpus``),
+fitted to published measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.ir import KernelClass, Op, OpKind
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    peak_flops: float
+    hbm_bandwidth: float
+    gemm_efficiency: float
+    gemm_half_dim: float
+    attention_efficiency: float
+    memory_efficiency: float
+    kernel_overhead: float
+
+    def efficiency(self, op: Op) -> float:
+        """Fraction of peak FLOP/s that ``op`` reaches."""
+        if op.kernel is KernelClass.GEMM and op.shape is not None:
+            m, n, k = op.shape
+            x = float(m * n * k) ** (1.0 / 3.0)
+            return self.gemm_efficiency * x / (x + self.gemm_half_dim)
+        if op.kernel is KernelClass.ATTENTION:
+            return self.attention_efficiency
+        return 1.0
+
+    def duration(self, op: Op) -> float:
+        """Seconds ``op`` occupies its GPU; 0 for anything that is not compute."""
+        if op.kind is not OpKind.COMPUTE:
+            return 0.0
+        t_flops = op.flops / (self.peak_flops * self.efficiency(op)) if op.flops else 0.0
+        t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency)
+        return max(t_flops, t_memory) + self.kernel_overhead
+
+    def durations(self, ops: tuple[Op, ...]) -> np.ndarray:
+        return np.array([self.duration(op) for op in ops], dtype=float)
+
+
+def jitter_factors(seed: int, rank: int, count: int, sigma: float) -> np.ndarray:
+    """Per-kernel slow-down factors ``1 + sigma*|N(0,1)|`` for one rank, reproducibly.
+
+    Each rank draws from its own stream seeded by (seed, rank), so a rank's
+    factors do not depend on how many other ranks there are.
+    """
+    if sigma <= 0.0:
+        return np.ones(count)
+    rng = np.random.default_rng([seed, rank])
+    return 1.0 + sigma * np.abs(rng.standard_normal(count))

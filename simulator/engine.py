@@ -1,0 +1,204 @@
+"""The SimPy engine: runs every rank's program over the fabric and records spans.
+
+Each (rank, stream) pair is one SimPy process walking its ops in order, like a
+CUDA stream. An op waits for its ``deps``; a compute op then occupies the
+stream for its duration; a collective waits until every member of its group
+has arrived (that wait is recorded as a ``wait`` span), then runs as flows on
+the shared network (a ``comm`` span).
+
+Compute durations do not depend on anything the network does, so a run of
+compute ops whose dependencies are already settled is planned in one step and
+costs one SimPy event, not one per kernel; a process on another stream that
+depends on a kernel inside the run resumes at that kernel's planned end. The
+trace is the same as with one event per kernel, with far fewer events.
+
+The engine knows nothing of topologies or workloads: it gets a Program, the
+GPU of each rank, compute durations, a Fabric and a collective lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from simulator.collectives import Lowered, lower
+from simulator.fabric import Fabric
+from simulator.ir import Collective, Op, OpKind, Program
+from simulator.network import Network
+
+Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes)
+SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
+                "layer", "bytes")
+COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
+                      "algorithm", "channels", "first_arrival", "start", "end")
+
+
+class SimulationError(RuntimeError):
+    """The program cannot finish (a collective some members never reach)."""
+
+
+@dataclass
+class _Call:
+    """One collective call of one group, gathering its members."""
+
+    op: Op
+    members: tuple[int, ...]
+    done: simpy.Event
+    arrivals: dict[int, float] = field(default_factory=dict)
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass
+class EngineResult:
+    spans: list[Span]
+    collectives: list[tuple]
+    memory_events: list[list[tuple[float, float]]]  # per rank: (time, bytes delta)
+    events: int
+    network_recomputes: int
+
+
+class Engine:
+    def __init__(self, program: Program, placement: Sequence[str],
+                 durations: Callable[[int], np.ndarray], fabric: Fabric,
+                 lowering: Callable[..., Lowered] = lower) -> None:
+        if len(placement) != program.ranks:
+            raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
+        self.program, self.placement, self.fabric = program, placement, fabric
+        self._durations, self._lower = durations, lowering
+        self.env = simpy.Environment()
+        self.network = Network(self.env, fabric.capacity)
+        self.done: list[list[float | None]] = [[None] * len(ops) for ops in program.ops]
+        self._waiters: dict[tuple[int, int], list[simpy.Event]] = {}
+        self._calls: dict[tuple[str, int, int], _Call] = {}
+        self._seq: list[dict[str, int]] = [{} for _ in program.ops]
+        self._group_of = {dim: {r: g for g, ranks in enumerate(groups) for r in ranks}
+                          for dim, groups in program.groups.items()}
+        self.spans: list[Span] = []
+        self.collectives: list[tuple] = []
+        self.memory_events: list[list[tuple[float, float]]] = [[] for _ in program.ops]
+
+    def run(self) -> EngineResult:
+        for rank, ops in enumerate(self.program.ops):
+            streams: dict[str, list[int]] = {}
+            for i, op in enumerate(ops):
+                streams.setdefault(op.stream, []).append(i)
+            durations = self._durations(rank)
+            for indices in streams.values():
+                self.env.process(self._stream(rank, indices, durations))
+        events = 0
+        try:
+            while True:
+                self.env.step()
+                events += 1
+        except simpy.core.EmptySchedule:
+            pass
+        self._check_finished()
+        return EngineResult(self.spans, self.collectives, self.memory_events, events,
+                            self.network.recomputes)
+
+    def _stream(self, rank: int, indices: list[int], durations: np.ndarray):
+        env, ops, done = self.env, self.program.ops[rank], self.done[rank]
+        pos = 0
+        while pos < len(indices):
+            op = ops[indices[pos]]
+            for d in op.deps:
+                while done[d] is None:
+                    yield self._waiter(rank, d)
+                if done[d] > env.now:
+                    yield env.timeout(done[d] - env.now)
+            if op.kind is OpKind.COMPUTE:
+                pos, end = self._plan_compute(rank, indices, pos, durations)
+                yield env.timeout(end - env.now)
+            else:
+                yield from self._collective(rank, indices[pos], op)
+                pos += 1
+
+    def _plan_compute(self, rank: int, indices: list[int], pos: int,
+                      durations: np.ndarray) -> tuple[int, float]:
+        """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
+        ops, done, t = self.program.ops[rank], self.done[rank], self.env.now
+        while pos < len(indices):
+            i = indices[pos]
+            op = ops[i]
+            if op.kind is not OpKind.COMPUTE or any(
+                    done[d] is None or done[d] > t for d in op.deps):
+                break
+            end = t + float(durations[i])
+            self.spans.append((rank, op.stream, "compute", op.name, t, end, op.phase.value,
+                               op.microbatch, op.layer, op.bytes))
+            self._finish(rank, i, end)
+            t, pos = end, pos + 1
+        return pos, t
+
+    def _waiter(self, rank: int, op_index: int) -> simpy.Event:
+        event = self.env.event()
+        self._waiters.setdefault((rank, op_index), []).append(event)
+        return event
+
+    def _finish(self, rank: int, op_index: int, end: float) -> None:
+        """Record when an op ends (possibly in the future) and wake its waiters."""
+        self.done[rank][op_index] = end
+        delta = self.program.ops[rank][op_index].mem_delta
+        if delta:
+            self.memory_events[rank].append((end, delta))
+        for event in self._waiters.pop((rank, op_index), ()):
+            event.succeed()
+
+    def _collective(self, rank: int, op_index: int, op: Op):
+        call = self._join(rank, op)
+        arrival = self.env.now
+        yield call.done
+        if call.start > arrival:
+            self.spans.append((rank, op.stream, "wait", op.name, arrival, call.start,
+                               op.phase.value, op.microbatch, op.layer, 0.0))
+        self.spans.append((rank, op.stream, "comm", op.name, call.start, call.end,
+                           op.phase.value, op.microbatch, op.layer, op.bytes))
+        self._finish(rank, op_index, call.end)
+
+    def _join(self, rank: int, op: Op) -> _Call:
+        group_index = self._group_of[op.group][rank]
+        seq = self._seq[rank].get(op.group, 0)
+        self._seq[rank][op.group] = seq + 1
+        key = (op.group, group_index, seq)
+        call = self._calls.get(key)
+        if call is None:
+            members = self.program.groups[op.group][group_index]
+            call = self._calls[key] = _Call(op, members, self.env.event())
+        elif (call.op.collective, call.op.bytes) != (op.collective, op.bytes):
+            raise SimulationError(
+                f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
+                f"collective #{seq}, but its group called {call.op.collective.value} of "
+                f"{call.op.bytes:.0f} B")
+        call.arrivals[rank] = self.env.now
+        if len(call.arrivals) == len(call.members):
+            del self._calls[key]
+            self.env.process(self._execute(call, key))
+        return call
+
+    def _execute(self, call: _Call, key: tuple[str, int, int]):
+        call.start = self.env.now
+        kind: Collective = call.op.collective
+        gpus = [self.placement[r] for r in call.members]
+        lowered = self._lower(kind, self.fabric, gpus, call.op.bytes)
+        yield self.network.transfer(lowered.routes, lowered.sizes)
+        if lowered.latency > 0:
+            yield self.env.timeout(lowered.latency)
+        call.end = self.env.now
+        self.collectives.append((*key, kind.value, call.op.name, len(call.members),
+                                 call.op.bytes, lowered.algorithm, lowered.channels,
+                                 min(call.arrivals.values()), call.start, call.end))
+        call.done.succeed()
+
+    def _check_finished(self) -> None:
+        for key, call in self._calls.items():
+            missing = [r for r in call.members if r not in call.arrivals]
+            raise SimulationError(
+                f"deadlock: {key[0]} collective #{key[2]} ({call.op.name}) of group {key[1]} "
+                f"waits for ranks {missing[:8]} that never call it")
+        for rank, done in enumerate(self.done):
+            if any(t is None for t in done):
+                raise SimulationError(f"rank {rank} did not finish its program")

@@ -1,0 +1,85 @@
+"""The op IR: what a workload hands the engine.
+
+A ``Program`` is, for every rank, a tuple of ``Op`` in program order. Each op
+runs on one stream of its rank (``compute``, or a communication stream named
+after its parallel dimension such as ``dp``); ops on one stream run in order,
+like a CUDA stream, and ``deps`` adds cross-stream dependencies (indices into
+the same rank's tuple). Collectives name the parallel dimension whose group
+they run in; the engine matches the n-th collective of a group across its
+members, as NCCL requires every member to call collectives in the same order.
+
+This module has no SimPy in it, so ``workloads`` may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+COMPUTE_STREAM = "compute"
+
+
+class OpKind(Enum):
+    COMPUTE = "compute"
+    COLLECTIVE = "collective"
+
+
+class KernelClass(Enum):
+    """Decides which efficiency curve of the compute model applies."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+
+
+class Collective(Enum):
+    ALL_REDUCE = "all_reduce"
+
+
+class Phase(Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel or one collective call of one rank."""
+
+    kind: OpKind
+    name: str
+    stream: str
+    phase: Phase
+    deps: tuple[int, ...] = ()
+    kernel: KernelClass | None = None  # compute ops
+    flops: float = 0.0  # FLOPs the GPU executes (recompute and all)
+    bytes: float = 0.0  # compute: HBM bytes moved; collective: buffer size S
+    shape: tuple[int, int, int] | None = None  # GEMM (m, n, k)
+    collective: Collective | None = None
+    group: str = ""  # parallel dimension of the collective's group, e.g. "dp"
+    microbatch: int = -1
+    layer: int = -1
+    mem_delta: float = 0.0  # bytes allocated (+) or freed (-) when the op ends
+
+
+@dataclass(frozen=True)
+class Program:
+    """Per-rank ops plus the facts the summary needs.
+
+    ``ops[r]`` is rank r's program; ranks with the same program share one tuple.
+    ``groups[dim]`` lists the rank groups of parallel dimension ``dim``.
+    ``static_memory[r]`` maps a category (parameters, gradients, ...) to bytes
+    held for the whole iteration.
+    """
+
+    ops: tuple[tuple[Op, ...], ...]
+    groups: Mapping[str, tuple[tuple[int, ...], ...]]
+    static_memory: tuple[Mapping[str, float], ...]
+    model_flops: float  # model FLOPs of one iteration, whole job, no recompute
+    tokens: int  # tokens of one iteration (global batch x sequence length)
+    notes: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> int:
+        return len(self.ops)

@@ -1,0 +1,89 @@
+"""Run one scenario: build fabric and program, simulate, summarise.
+
+This is the composition layer: the only place (with the scenario loader and
+the CLI) that joins ``topologies``, ``workloads`` and the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from simulator.compute import ComputeModel, jitter_factors
+from simulator.engine import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
+from simulator.fabric import Fabric
+from simulator.ir import Program
+from simulator.scenario import Scenario
+from simulator.summary import summarize
+from topologies import build_cluster
+from workloads.data_parallel import build_data_parallel
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced; ``spans`` and ``comms`` are DataFrames."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    spans: pd.DataFrame
+    comms: pd.DataFrame
+    placement: list[str]
+    node_of_rank: list[int]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def gantt(self, path: str, **options: Any) -> None:
+        """Write the Gantt chart of this run to ``path`` (png, pdf or svg)."""
+        from simulator.gantt import plot_gantt
+
+        plot_gantt(self.spans, path, title=self.scenario.name, **options)
+
+
+def compute_model(scenario: Scenario) -> ComputeModel:
+    gpu = scenario.gpu
+    return ComputeModel(
+        peak_flops=gpu.peak(scenario.training.precision), hbm_bandwidth=gpu.hbm_bandwidth,
+        gemm_efficiency=gpu.gemm_efficiency, gemm_half_dim=gpu.gemm_half_dim,
+        attention_efficiency=gpu.attention_efficiency,
+        memory_efficiency=gpu.memory_efficiency, kernel_overhead=gpu.kernel_overhead)
+
+
+def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
+    """A function rank -> compute duration of each of its ops (shared when no jitter)."""
+    base: dict[int, Any] = {}
+
+    def durations(rank: int):
+        ops = program.ops[rank]
+        if id(ops) not in base:
+            base[id(ops)] = model.durations(ops)
+        values = base[id(ops)]
+        return values * jitter_factors(seed, rank, len(ops), jitter) if jitter else values
+    return durations
+
+
+def run(scenario: Scenario) -> RunResult:
+    """Simulate one training iteration of ``scenario``."""
+    wall = time.perf_counter()
+    graph = build_cluster(scenario.cluster, scenario.nodes)
+    fabric = Fabric(graph)
+    program = build_data_parallel(scenario.model, scenario.training, scenario.parallel)
+    placement = graph.graph["gpus"][: program.ranks]
+    durations = _durations(program, compute_model(scenario), scenario.seed,
+                           scenario.compute_jitter)
+    result = Engine(program, placement, durations, fabric).run()
+    nodes = [fabric.node_of(g) for g in placement]
+    spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
+    spans.insert(1, "node", [nodes[r] for r in spans["rank"]])
+    spans = spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
+                              ignore_index=True)
+    comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))
+    gpu = scenario.gpu
+    summary = summarize(spans, program, result.memory_events,
+                        gpu.peak(scenario.training.precision), gpu.memory_bytes)
+    summary.update({k: v for k, v in program.notes.items()})
+    summary["events"] = result.events
+    summary["network_recomputes"] = result.network_recomputes
+    summary["wall_s"] = time.perf_counter() - wall
+    return RunResult(scenario, summary, spans, comms, list(placement), nodes)

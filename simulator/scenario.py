@@ -1,0 +1,286 @@
+"""Scenario files: strict loading into immutable specs.
+
+A scenario is YAML with the sections ``cluster``, ``model``, ``training`` and
+``parallelism`` (see the README for every key). Loading is strict: an unknown
+key, a wrong type, a value with a missing or wrong unit, or an impossible
+combination raises ``ScenarioError`` whose one-line message names the dotted
+key, the value and what is allowed. Nothing runs before the whole scenario has
+been checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator import units
+from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
+from workloads.models import MODELS, Mlp, ModelSpec
+from workloads.training import DTYPE_BYTES, DataParallelSpec, TrainingSpec
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; ``str(error)`` is one line naming key, value and what is allowed."""
+
+
+_REQUIRED = object()
+
+
+def _fail(path: str, value: object, allowed: str) -> ScenarioError:
+    return ScenarioError(f"{path}: {value!r} {allowed}")
+
+
+def _integer(minimum: int) -> Callable[[str, object], int]:
+    def parse(path: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _fail(path, value, f"must be an integer >= {minimum}")
+        return value
+    return parse
+
+
+def _number(minimum: float, maximum: float = float("inf")) -> Callable[[str, object], float]:
+    def parse(path: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                minimum <= value <= maximum):
+            raise _fail(path, value, f"must be a number in [{minimum:g}, {maximum:g}]")
+        return float(value)
+    return parse
+
+
+def _boolean(path: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, value, "must be true or false")
+    return value
+
+
+def _text(path: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, value, "must be a non-empty string")
+    return value
+
+
+def _choice(options: Iterable[str]) -> Callable[[str, object], str]:
+    names = list(options)
+
+    def parse(path: str, value: object) -> str:
+        if value not in names:
+            raise _fail(path, value, f"is not one of: {', '.join(names)}")
+        return str(value)
+    return parse
+
+
+def _quantity(dimension: units.Dimension, positive: bool) -> Callable[[str, object], float]:
+    def parse(path: str, value: object) -> float:
+        try:
+            parsed = units.parse_quantity(value, dimension)
+        except units.UnitError as error:
+            raise ScenarioError(f"{path}: {error}") from None
+        if parsed < 0 or (positive and parsed == 0):
+            sign = "positive" if positive else "non-negative"
+            raise _fail(path, value, f"must be a {sign} {dimension.name.lower()}, "
+                                     f"e.g. {dimension.value}")
+        return parsed
+    return parse
+
+
+_BANDWIDTH = _quantity(units.Dimension.BANDWIDTH, positive=True)
+_LATENCY = _quantity(units.Dimension.TIME, positive=False)
+
+SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
+    "cluster": {
+        "preset": (_choice(CLUSTERS), _REQUIRED),
+        "nodes": (_integer(1), 1),
+        "gpu": (_choice(GPUS), None),
+        "gpus_per_node": (_integer(1), None),
+        "nvlink_bandwidth": (_BANDWIDTH, None),
+        "nvlink_latency": (_LATENCY, None),
+        "nics_per_node": (_integer(1), None),
+        "nic_bandwidth": (_BANDWIDTH, None),
+        "pcie_bandwidth": (_BANDWIDTH, None),
+        "link_latency": (_LATENCY, None),
+        "oversubscription": (_number(1.0, 64.0), None),
+        "leaf_ports": (_integer(1), None),
+        "compute_jitter": (_number(0.0, 1.0), 0.0),
+    },
+    "model": {
+        "preset": (_choice(MODELS), None),
+        "layers": (_integer(1), None),
+        "hidden": (_integer(1), None),
+        "heads": (_integer(1), None),
+        "kv_heads": (_integer(1), None),
+        "ffn_hidden": (_integer(1), None),
+        "vocab": (_integer(1), None),
+        "mlp": (_choice(m.value for m in Mlp), None),
+        "tied_embeddings": (_boolean, None),
+    },
+    "training": {
+        "seq_len": (_integer(1), _REQUIRED),
+        "global_batch": (_integer(1), _REQUIRED),
+        "micro_batch": (_integer(1), 1),
+        "precision": (_choice(DTYPE_BYTES), "bf16"),
+    },
+    "parallelism": {
+        "dp": (_integer(1), None),
+        "bucket_size": (_quantity(units.Dimension.SIZE, positive=True), 25e6),
+        "overlap_grad_reduce": (_boolean, True),
+    },
+}
+TOP_LEVEL = {"name": (_text, "scenario"), "seed": (_integer(0), 0)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A checked scenario: everything a run needs, in SI units."""
+
+    name: str
+    seed: int
+    cluster: ClusterSpec
+    nodes: int
+    gpu: GpuSpec
+    compute_jitter: float
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: DataParallelSpec
+    source: Mapping[str, Any]  # the scenario as written, with overrides applied
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.cluster.gpus_per_node
+
+
+def _unknown(path: str, key: object, allowed: Iterable[str]) -> ScenarioError:
+    names = sorted(allowed)
+    close = difflib.get_close_matches(str(key), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    prefix = f"{path}." if path else ""
+    return ScenarioError(f"{prefix}{key}: unknown key{hint}; allowed: {', '.join(names)}")
+
+
+def _section(path: str, raw: object, schema: Mapping[str, tuple]) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise _fail(path or "scenario", raw, "must be a mapping of keys to values")
+    for key in raw:
+        if key not in schema:
+            raise _unknown(path, key, schema)
+    values = {}
+    for key, (parse, default) in schema.items():
+        dotted = f"{path}.{key}" if path else key
+        if key in raw and raw[key] is not None:
+            values[key] = parse(dotted, raw[key])
+        elif default is _REQUIRED:
+            raise ScenarioError(f"{dotted}: missing; it is required")
+        else:
+            values[key] = default
+    return values
+
+
+_CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterSpec)}
+
+
+def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
+    overrides = {k: v for k, v in values.items() if k in _CLUSTER_FIELDS and v is not None}
+    spec = dataclasses.replace(CLUSTERS[values["preset"]], **overrides)
+    return spec, GPUS[spec.gpu]
+
+
+def _model(values: dict[str, Any]) -> ModelSpec:
+    inline = {k: v for k, v in values.items() if k != "preset" and v is not None}
+    if values["preset"] is not None:
+        base = dataclasses.asdict(MODELS[values["preset"]])
+    else:
+        missing = [k for k in ("layers", "hidden", "heads", "vocab") if k not in inline]
+        if missing:
+            raise ScenarioError(f"model.{missing[0]}: missing; give model.preset "
+                                f"(one of {', '.join(MODELS)}) or layers, hidden, heads, vocab")
+        base = {"name": "custom", "ffn_hidden": 4 * inline["hidden"],
+                "kv_heads": inline["heads"]}
+    base.update(inline)
+    base.setdefault("kv_heads", base["heads"])
+    base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
+    if base["hidden"] % base["heads"]:
+        raise _fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']})")
+    if base["heads"] % base["kv_heads"]:
+        raise _fail("model.kv_heads", base["kv_heads"],
+                    f"must divide model.heads ({base['heads']})")
+    return ModelSpec(**base)
+
+
+def _check_parallel(gpus: int, training: TrainingSpec, dp: int) -> None:
+    if gpus % dp:
+        raise _fail("parallelism.dp", dp, f"must divide the GPU count {gpus} "
+                                          "(cluster.nodes x gpus_per_node)")
+    if dp != gpus:
+        raise _fail("parallelism.dp", dp, f"must equal the GPU count {gpus}: only data "
+                                          "parallelism is modelled so far")
+    per_step = dp * training.micro_batch
+    if training.global_batch % per_step:
+        raise _fail("training.global_batch", training.global_batch,
+                    f"must be divisible by dp x micro_batch = {dp} x "
+                    f"{training.micro_batch} = {per_step}")
+
+
+def from_dict(raw: object) -> Scenario:
+    """Check a parsed scenario and build its specs; raises ScenarioError."""
+    if not isinstance(raw, dict):
+        raise _fail("scenario", raw, "must be a mapping with cluster, model, training, "
+                                     "parallelism")
+    allowed = {**TOP_LEVEL, **{k: None for k in SCHEMA}}
+    for key in raw:
+        if key not in allowed:
+            raise _unknown("", key, allowed)
+    top = _section("", {k: v for k, v in raw.items() if k in TOP_LEVEL}, TOP_LEVEL)
+    sections = {name: _section(name, raw.get(name), schema) for name, schema in SCHEMA.items()}
+    cluster, gpu = _cluster(sections["cluster"])
+    training = TrainingSpec(**sections["training"])
+    if training.precision not in gpu.peak_flops:
+        raise _fail("training.precision", training.precision, f"is not supported by {gpu.name}")
+    nodes = sections["cluster"]["nodes"]
+    p = sections["parallelism"]
+    dp = p["dp"] if p["dp"] is not None else nodes * cluster.gpus_per_node
+    _check_parallel(nodes * cluster.gpus_per_node, training, dp)
+    return Scenario(
+        name=top["name"], seed=top["seed"], cluster=cluster, nodes=nodes, gpu=gpu,
+        compute_jitter=sections["cluster"]["compute_jitter"], model=_model(sections["model"]),
+        training=training,
+        parallel=DataParallelSpec(dp, p["bucket_size"], p["overlap_grad_reduce"]), source=raw)
+
+
+def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides; values are read as YAML scalars."""
+    for assignment in assignments:
+        path, sep, text = assignment.partition("=")
+        if not sep or not path.strip():
+            raise ScenarioError(f"--set: {assignment!r} must look like key.path=value")
+        keys = path.strip().split(".")
+        node = raw
+        for i, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--set: {'.'.join(keys[:i + 1])} is a value, not a section")
+            node = child
+        node[keys[-1]] = yaml.safe_load(text) if text.strip() else None
+    return raw
+
+
+def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
+    """Read, override and check a scenario file."""
+    file = Path(path)
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read the scenario file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{path}: not valid YAML{where}") from None
+    if isinstance(raw, dict):
+        raw.setdefault("name", file.stem)
+    return from_dict(apply_overrides(raw if raw is not None else {}, overrides))

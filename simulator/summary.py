@@ -1,0 +1,75 @@
+"""The run summary: throughput, efficiency, time breakdown and memory.
+
+Keys (a contract, see the README): ``iteration_time_s`` (end of the last span),
+``tokens_per_s``, ``model_tflops_per_gpu`` (model FLOPs without recompute, per
+second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
+``gpus``, the breakdown of the rank that finishes last (``compute_s``,
+``exposed_comm_s``, ``overlapped_comm_s``, ``comm_wait_s``, ``bubble_s``, and
+``idle_s``; see ``simulator.timeline``), ``peak_memory_gib`` (max over ranks),
+``events`` and ``wall_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from simulator.ir import Program
+from simulator.timeline import breakdown, rank_intervals
+
+GIB = 2.0**30
+
+
+def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float]]):
+    """(peak bytes, bytes by category at the peak) for one rank.
+
+    ``events`` are (time, delta) of dynamic (activation) memory; at equal
+    times frees are applied before allocations.
+    """
+    dynamic = 0.0
+    if events:
+        deltas = np.array([d for _, d in sorted(events)])
+        dynamic = max(0.0, float(np.cumsum(deltas).max()))
+    categories = dict(static)
+    categories["activations"] = dynamic
+    return sum(categories.values()), categories
+
+
+def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dict[str, float]:
+    rows = spans[spans["rank"] == rank]
+    kind, start, end = rows["kind"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy()
+    return breakdown(rank_intervals(kind, start, end, "compute"),
+                     rank_intervals(kind, start, end, "comm"),
+                     rank_intervals(kind, start, end, "wait"), iteration_time)
+
+
+def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: float,
+              gpu_memory: float) -> dict[str, object]:
+    """Summary of one simulated iteration (without ``events``/``wall_s``, added by run)."""
+    iteration = float(spans["end"].max())
+    rank_end = spans.groupby("rank")["end"].max()
+    critical = int(rank_end.idxmax())
+    gpus = program.ranks
+    peaks = [peak_memory(program.static_memory[r], memory_events[r]) for r in range(gpus)]
+    peak_rank = int(np.argmax([p for p, _ in peaks]))
+    peak_bytes, categories = peaks[peak_rank]
+    model_flops_per_gpu = program.model_flops / iteration / gpus
+    summary: dict[str, object] = {
+        "iteration_time_s": iteration,
+        "tokens_per_s": program.tokens / iteration,
+        "model_tflops_per_gpu": model_flops_per_gpu / 1e12,
+        "mfu": model_flops_per_gpu / peak_flops,
+        "gpus": gpus,
+        "critical_rank": critical,
+    }
+    summary.update(rank_breakdown(spans, critical, iteration))
+    summary.update({
+        "peak_memory_gib": peak_bytes / GIB,
+        "peak_memory_rank": peak_rank,
+        "memory_gib": {k: v / GIB for k, v in categories.items()},
+        "gpu_memory_gib": gpu_memory / GIB,
+        "oom": peak_bytes > gpu_memory,
+    })
+    return summary

@@ -1,0 +1,59 @@
+"""Memory accounting formulas.
+
+Model states for mixed-precision Adam (Rajbhandari et al., ZeRO, SC20):
+2 bytes/param of half-precision weights, 2 of gradients and 12 of optimizer
+states (fp32 master weights, momentum, variance): 16 bytes/param in all.
+
+Activations per transformer layer (Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models", 2022, Sec. 4), in bytes, for
+sequence s, micro-batch b, hidden h, heads a and tensor parallel degree t:
+
+    none:                 s*b*h*(34 + 5*a*s/h)
+    TP:                   s*b*h*(10 + 24/t + 5*a*s/(h*t))
+    TP + SP:              s*b*h*(34 + 5*a*s/h) / t
+    selective (TP + SP):  34*s*b*h / t           (attention scores recomputed)
+    full:                 2*s*b*h                (only the layer input is kept)
+
+Fused (flash) attention never stores the scores, so it needs the selective
+figure without any recompute; the 5as/h term is the stored score matrix.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+PARAM_BYTES = 2
+GRAD_BYTES = 2
+OPTIMIZER_BYTES = 12
+
+
+class Recompute(Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+def model_state_bytes(params: float) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer states held by one DP rank."""
+    return {
+        "parameters": PARAM_BYTES * params,
+        "gradients": GRAD_BYTES * params,
+        "optimizer_states": OPTIMIZER_BYTES * params,
+    }
+
+
+def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int,
+                               tp: int = 1, sequence_parallel: bool = False,
+                               recompute: Recompute = Recompute.NONE) -> float:
+    """Activation bytes one layer keeps for its backward (Korthikanti et al. 2022)."""
+    sbh = seq * micro_batch * hidden
+    if recompute is Recompute.FULL:
+        return 2.0 * sbh
+    scores = 0.0 if recompute is Recompute.SELECTIVE else 5.0 * heads * seq / (hidden * tp)
+    linear = 34.0 / tp if sequence_parallel else 10.0 + 24.0 / tp
+    return sbh * (linear + scores)
+
+
+def head_activation_bytes(seq: int, micro_batch: int, vocab: int, dtype_bytes: int) -> float:
+    """Logits kept for the backward: half precision plus the fp32 copy of the loss."""
+    return seq * micro_batch * vocab * (dtype_bytes + 4)
