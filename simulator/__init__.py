@@ -14,14 +14,15 @@ from typing import Any
 
 def run(scenario: Any, overrides: tuple[str, ...] = ()):
     """Simulate ``scenario`` (path, dict or Scenario) and return its RunResult."""
+    import copy
     from pathlib import Path
 
-    from simulator import run as run_module
+    from simulator import runner
     from simulator import scenario as scenario_module
 
     if isinstance(scenario, (str, Path)):
         scenario = scenario_module.load(scenario, overrides)
     elif isinstance(scenario, dict):
         scenario = scenario_module.from_dict(
-            scenario_module.apply_overrides(dict(scenario), overrides))
-    return run_module.run(scenario)
+            scenario_module.apply_overrides(copy.deepcopy(scenario), overrides))
+    return runner.run(scenario)

@@ -46,7 +46,7 @@ def _human(summary: dict, out: Path) -> str:
         f"throughput       {summary['tokens_per_s']:,.0f} tokens/s, "
         f"{summary['model_tflops_per_gpu']:.1f} model TFLOP/s per GPU, "
         f"MFU {summary['mfu']:.1%} on {summary['gpus']} GPUs",
-        f"rank {summary['critical_rank']} (last)  compute {format_time(summary['compute_s'])}, "
+        f"last rank {summary['critical_rank']:<6} compute {format_time(summary['compute_s'])}, "
         f"exposed comm {format_time(summary['exposed_comm_s'])}, "
         f"overlapped comm {format_time(summary['overlapped_comm_s'])}, "
         f"waiting {format_time(summary['comm_wait_s'])}, "
@@ -62,7 +62,7 @@ def _human(summary: dict, out: Path) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulator.run import run
+    from simulator.runner import run
 
     scenario = load(args.scenario, args.set)
     out = Path(args.out) if args.out else Path("runs") / scenario.name

@@ -64,11 +64,12 @@ class EngineResult:
 class Engine:
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
-                 lowering: Callable[..., Lowered] = lower) -> None:
+                 lowering: Callable[..., Lowered] = lower, batch_compute: bool = True) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
+        self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
         self.env = simpy.Environment()
         self.network = Network(self.env, fabric.capacity)
         self.done: list[list[float | None]] = [[None] * len(ops) for ops in program.ops]
@@ -132,6 +133,8 @@ class Engine:
                                op.microbatch, op.layer, op.bytes))
             self._finish(rank, i, end)
             t, pos = end, pos + 1
+            if not self._batch:
+                break
         return pos, t
 
     def _waiter(self, rank: int, op_index: int) -> simpy.Event:

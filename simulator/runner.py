@@ -63,8 +63,12 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
     return durations
 
 
-def run(scenario: Scenario) -> RunResult:
-    """Simulate one training iteration of ``scenario``."""
+def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
+    """Simulate one training iteration of ``scenario``.
+
+    ``batch_compute=False`` makes the engine spend one event per kernel; the
+    trace is the same (a test checks it), only slower.
+    """
     wall = time.perf_counter()
     graph = build_cluster(scenario.cluster, scenario.nodes)
     fabric = Fabric(graph)
@@ -72,7 +76,8 @@ def run(scenario: Scenario) -> RunResult:
     placement = graph.graph["gpus"][: program.ranks]
     durations = _durations(program, compute_model(scenario), scenario.seed,
                            scenario.compute_jitter)
-    result = Engine(program, placement, durations, fabric).run()
+    result = Engine(program, placement, durations, fabric,
+                    batch_compute=batch_compute).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
     spans.insert(1, "node", [nodes[r] for r in spans["rank"]])

@@ -1,0 +1,32 @@
+"""Golden summaries: a change in any simulated figure must be deliberate.
+
+Regenerate after an intended model change with
+``CLUSTERSIM_UPDATE_GOLDEN=1 pytest tests/test_golden.py`` and explain the
+change in the commit message.
+"""
+
+import json
+import os
+
+import pytest
+
+from simulator import run
+from tests.conftest import QUICKSTART, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+MEASURED = {"wall_s"}  # properties of this machine, not of the simulation
+
+
+@pytest.mark.parametrize("name", ["quickstart"])
+def test_summary_matches_golden(name):
+    summary = {k: v for k, v in run(QUICKSTART).summary.items() if k not in MEASURED}
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("CLUSTERSIM_UPDATE_GOLDEN"):
+        path.write_text(json.dumps(summary, indent=2) + "\n")
+    golden = json.loads(path.read_text())
+    assert summary.keys() == golden.keys()
+    for key, value in golden.items():
+        if isinstance(value, float):
+            assert summary[key] == pytest.approx(value, rel=1e-9), key
+        else:
+            assert summary[key] == value, key

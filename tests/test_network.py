@@ -1,0 +1,114 @@
+"""The fluid network: exact transfer times, fair sharing, contention."""
+
+import networkx as nx
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import Lowered, isolated_time, point_to_point
+from simulator.fabric import Fabric
+from simulator.network import Network, max_min_rates
+
+
+def two_gpus(bandwidth: float, latency: float) -> Fabric:
+    graph = nx.DiGraph()
+    for g in ("a", "b"):
+        graph.add_node(g, kind="gpu", node=0, local=0, nic="")
+    graph.add_edge("a", "b", bandwidth=bandwidth, latency=latency)
+    graph.add_edge("b", "a", bandwidth=bandwidth, latency=latency)
+    return Fabric(graph)
+
+
+@pytest.mark.parametrize(("size", "bandwidth", "latency"), [
+    (1e9, 25e9, 1e-6), (8.0, 300e9, 5e-7), (3.3e6, 12.5e9, 2e-6),
+])
+def test_one_transfer_takes_latency_plus_size_over_bandwidth(size, bandwidth, latency):
+    fabric = two_gpus(bandwidth, latency)
+    t = isolated_time(fabric, point_to_point(fabric, "a", "b", size))
+    assert t == pytest.approx(latency + size / bandwidth, rel=1e-12)
+
+
+def run_transfers(capacity, batches):
+    """Start each (start time, routes, sizes) batch; return each batch's end time."""
+    env = simpy.Environment()
+    net = Network(env, np.asarray(capacity, dtype=float))
+    ends = [None] * len(batches)
+
+    def starter(i, start, routes, sizes):
+        yield env.timeout(start)
+        yield net.transfer(routes, sizes)
+        ends[i] = env.now
+
+    for i, batch in enumerate(batches):
+        env.process(starter(i, *batch))
+    env.run()
+    return ends
+
+
+def test_two_flows_share_a_link_equally():
+    ends = run_transfers([10.0], [(0, [(0,)], [10.0]), (0, [(0,)], [10.0])])
+    assert ends == pytest.approx([2.0, 2.0])
+
+
+def test_late_flow_gets_the_rest_after_the_first_ends():
+    # 10 B alone at 10 B/s for 0.5 s (5 B left), then both share: 5 B at 5 B/s.
+    ends = run_transfers([10.0], [(0, [(0,)], [10.0]), (0.5, [(0,)], [10.0])])
+    assert ends == pytest.approx([1.5, 2.0])
+
+
+def test_disjoint_links_do_not_interfere():
+    ends = run_transfers([10.0, 10.0], [(0, [(0,)], [10.0]), (0, [(1,)], [10.0])])
+    assert ends == pytest.approx([1.0, 1.0])
+
+
+def test_max_min_gives_leftover_to_unconstrained_flow():
+    # flow 0 uses link 0 only; flow 1 uses links 0 and 1 (1 is narrow).
+    rates = max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([10.0, 3.0]), 2)
+    assert rates.tolist() == [7.0, 3.0]
+
+
+@st.composite
+def flow_sets(draw):
+    links = draw(st.integers(1, 6))
+    capacity = np.array(draw(st.lists(st.floats(0.5, 100.0), min_size=links, max_size=links)))
+    flows = draw(st.integers(1, 8))
+    paths = [sorted(draw(st.sets(st.integers(0, links - 1), min_size=1, max_size=links)))
+             for _ in range(flows)]
+    pair_flow = np.array([f for f, p in enumerate(paths) for _ in p])
+    pair_link = np.array([link for p in paths for link in p])
+    return capacity, pair_flow, pair_link, flows
+
+
+@given(flow_sets())
+def test_max_min_is_feasible_and_every_flow_is_bottlenecked(case):
+    capacity, pair_flow, pair_link, flows = case
+    rates = max_min_rates(pair_flow, pair_link, capacity, flows)
+    load = np.bincount(pair_link, weights=rates[pair_flow], minlength=len(capacity))
+    assert np.all(load <= capacity * (1 + 1e-9))
+    for f in range(flows):
+        mine = pair_link[pair_flow == f]
+        # max-min optimality: some link of f is saturated and f is the largest on it
+        assert any(
+            load[link] >= capacity[link] * (1 - 1e-9)
+            and rates[f] >= rates[pair_flow[pair_link == link]].max() * (1 - 1e-9)
+            for link in mine)
+
+
+@settings(max_examples=40, deadline=None)
+@given(flow_sets(), st.integers(0, 5), st.floats(1.0, 10.0),
+       st.lists(st.floats(1.0, 1e3), min_size=8, max_size=8))
+def test_more_bandwidth_never_slows_a_transfer(case, which, factor, sizes):
+    capacity, pair_flow, pair_link, flows = case
+    routes = [tuple(pair_link[pair_flow == f]) for f in range(flows)]
+    lowered = Lowered(routes, sizes[:flows], 0.0, "test", 1)
+
+    def time_with(cap):
+        env = simpy.Environment()
+        env.run(Network(env, cap).transfer(lowered.routes, lowered.sizes))
+        return env.now
+
+    faster = capacity.copy()
+    faster[which % len(capacity)] *= factor
+    assert time_with(faster) <= time_with(capacity) * (1 + 1e-9)

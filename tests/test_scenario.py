@@ -1,0 +1,98 @@
+"""The strict loader: every bad input gets one line naming key, value and what is allowed."""
+
+import pytest
+
+from simulator.scenario import ScenarioError, apply_overrides, from_dict, load
+from tests.conftest import QUICKSTART
+
+
+def test_quickstart_loads():
+    s = load(QUICKSTART)
+    assert s.gpus == 16 and s.parallel.dp == 16
+    assert s.cluster.nic_bandwidth == 25e9
+    assert s.parallel.bucket_bytes == 25e6
+    assert s.model.layers == 24
+
+
+def test_preset_overrides_and_defaults(small):
+    small["cluster"].update(nic_bandwidth="400 Gb/s", link_latency="2 us", gpus_per_node=4,
+                            nics_per_node=4)
+    small["parallelism"].pop("dp")
+    s = from_dict(small)
+    assert s.cluster.nic_bandwidth == 50e9 and s.cluster.link_latency == 2e-6
+    assert s.parallel.dp == 8, "dp defaults to every GPU"
+    assert s.model.kv_heads == 8 and s.model.ffn_hidden == 2048
+
+
+BAD = [
+    (("cluster", "preset"), "dgx-z100", "cluster.preset: 'dgx-z100' is not one of"),
+    (("cluster", "nodes"), 0, "cluster.nodes: 0 must be an integer >= 1"),
+    (("cluster", "nodes"), "two", "cluster.nodes: 'two' must be an integer"),
+    (("cluster", "nic_bandwidth"), "0 Gb/s", "cluster.nic_bandwidth: '0 Gb/s' must be a positive"),
+    (("cluster", "nic_bandwidth"), "-5 GB/s", "cluster.nic_bandwidth: '-5 GB/s' must be a pos"),
+    (("cluster", "nic_bandwidth"), "200", "cluster.nic_bandwidth: '200' is not a bandwidth"),
+    (("cluster", "nic_bandwidth"), 200, "cluster.nic_bandwidth: 200 needs a unit"),
+    (("cluster", "link_latency"), "1 GB", "cluster.link_latency: '1 GB' is not a time"),
+    (("cluster", "gpu"), "v100", "cluster.gpu: 'v100' is not one of"),
+    (("cluster", "nic_bandwith"), "1 GB/s", "cluster.nic_bandwith: unknown key (did you mean "
+                                            "'nic_bandwidth'?)"),
+    (("model", "preset"), "gpt5", "model.preset: 'gpt5' is not one of"),
+    (("model", "heads"), 7, "model.heads: 7 must divide model.hidden (512)"),
+    (("model", "mlp"), "relu", "model.mlp: 'relu' is not one of: gelu, swiglu"),
+    (("training", "global_batch"), 33, "training.global_batch: 33 must be divisible by dp x "
+                                       "micro_batch = 16 x 1 = 16"),
+    (("training", "precision"), "fp32", "training.precision: 'fp32' is not one of: bf16, fp16"),
+    (("training", "seq_len"), 1.5, "training.seq_len: 1.5 must be an integer"),
+    (("parallelism", "dp"), 6, "parallelism.dp: 6 must divide the GPU count 16"),
+    (("parallelism", "dp"), 8, "parallelism.dp: 8 must equal the GPU count 16"),
+    (("parallelism", "bucket_size"), "0 MB", "parallelism.bucket_size: '0 MB' must be a positive"),
+    (("parallelism", "overlap_grad_reduce"), "yes please", "parallelism.overlap_grad_reduce: "
+                                                           "'yes please' must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "message"), BAD)
+def test_bad_values_name_the_key(small, where, value, message):
+    section, key = where
+    small[section][key] = value
+    with pytest.raises(ScenarioError) as error:
+        from_dict(small)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_section_and_missing_required(small):
+    small["clutser"] = {}
+    with pytest.raises(ScenarioError, match=r"^clutser: unknown key \(did you mean 'cluster'"):
+        from_dict(small)
+    del small["clutser"]
+    del small["training"]["global_batch"]
+    with pytest.raises(ScenarioError, match="^training.global_batch: missing"):
+        from_dict(small)
+
+
+def test_inline_model_needs_its_shape(small):
+    del small["model"]["hidden"]
+    with pytest.raises(ScenarioError, match="^model.hidden: missing"):
+        from_dict(small)
+
+
+def test_overrides():
+    raw = {"cluster": {"nodes": 1}}
+    apply_overrides(raw, ["cluster.nodes=4", "cluster.nic_bandwidth=400 Gb/s",
+                          "parallelism.overlap_grad_reduce=false"])
+    assert raw == {"cluster": {"nodes": 4, "nic_bandwidth": "400 Gb/s"},
+                   "parallelism": {"overlap_grad_reduce": False}}
+    with pytest.raises(ScenarioError, match="must look like key.path=value"):
+        apply_overrides(raw, ["cluster.nodes"])
+    with pytest.raises(ScenarioError, match="cluster.nodes is a value"):
+        apply_overrides(raw, ["cluster.nodes.x=1"])
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: [unclosed\n")
+    with pytest.raises(ScenarioError, match="not valid YAML at line"):
+        load(bad)
