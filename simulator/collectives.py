@@ -9,6 +9,13 @@ latencies (the slowest hop's). On an idle uniform ring this is exactly
 
     t = 2(n-1)/n * S / B + 2(n-1) * latency.
 
+With ``lockstep=True`` the ring is instead simulated step by step: 2(n-1)
+transfers of one S/(n * channels) chunk per ring link, each followed by the step
+latency, the next starting when the slowest chunk of the previous has arrived.
+Both give the same time on an idle uniform ring (a test checks it); lock-step is
+slower to simulate and slightly pessimistic under contention, pipelined is
+NCCL's behaviour and the default.
+
 Like NCCL, a ring that spans servers is split into channels, one per NIC a
 server contributes; channel c rotates each server's members by c, so every
 channel enters and leaves a server through different GPUs and so different NICs,
@@ -29,13 +36,22 @@ from simulator.network import Network
 
 @dataclass(frozen=True)
 class Lowered:
-    """Flows and latency of one collective call."""
+    """Flows and latency of one collective call.
+
+    The call runs ``steps`` times: transfer ``sizes[i]`` bytes along
+    ``routes[i]`` (all flows at once), then wait ``latency / steps``.
+    """
 
     routes: list[tuple[int, ...]]
     sizes: list[float]
     latency: float
     algorithm: str
     channels: int
+    steps: int = 1
+
+    @property
+    def step_latency(self) -> float:
+        return self.latency / self.steps
 
 
 def ring_orders(nodes: Sequence[int], channels: int) -> list[list[int]]:
@@ -70,7 +86,8 @@ def ring_channels(fabric: Fabric, gpus: Sequence[str]) -> int:
     return min(len(v) for v in nics.values())
 
 
-def ring_all_reduce(fabric: Fabric, gpus: Sequence[str], size: float) -> Lowered:
+def ring_all_reduce(fabric: Fabric, gpus: Sequence[str], size: float,
+                    lockstep: bool = False) -> Lowered:
     """Lower an all-reduce of ``size`` bytes over ``gpus`` to ring flows."""
     n = len(gpus)
     if n < 2 or size <= 0:
@@ -84,7 +101,12 @@ def ring_all_reduce(fabric: Fabric, gpus: Sequence[str], size: float) -> Lowered
             route = fabric.route(gpus[member], gpus[order[(i + 1) % n]])
             routes.append(route.links)
             hop_latency = max(hop_latency, route.latency)
-    return Lowered(routes, [per_flow] * len(routes), 2 * (n - 1) * hop_latency, "ring", channels)
+    steps = 2 * (n - 1)
+    if lockstep:
+        chunk = per_flow / steps
+        return Lowered(routes, [chunk] * len(routes), steps * hop_latency, "ring", channels,
+                       steps)
+    return Lowered(routes, [per_flow] * len(routes), steps * hop_latency, "ring", channels)
 
 
 def point_to_point(fabric: Fabric, src: str, dst: str, size: float) -> Lowered:
@@ -98,13 +120,21 @@ def point_to_point(fabric: Fabric, src: str, dst: str, size: float) -> Lowered:
 def isolated_time(fabric: Fabric, lowered: Lowered) -> float:
     """Seconds ``lowered`` takes alone on an idle fabric (bandwidth term + latency)."""
     env = simpy.Environment()
-    network = Network(env, fabric.capacity)
-    env.run(network.transfer(lowered.routes, lowered.sizes))
-    return env.now + lowered.latency
+    env.run(env.process(execute(Network(env, fabric.capacity), lowered)))
+    return env.now
 
 
-def lower(kind: Collective, fabric: Fabric, gpus: Sequence[str], size: float) -> Lowered:
+def execute(network: Network, lowered: Lowered):
+    """SimPy process that carries out ``lowered`` on ``network``."""
+    for _ in range(lowered.steps):
+        yield network.transfer(lowered.routes, lowered.sizes)
+        if lowered.step_latency > 0:
+            yield network.env.timeout(lowered.step_latency)
+
+
+def lower(kind: Collective, fabric: Fabric, gpus: Sequence[str], size: float,
+          lockstep: bool = False) -> Lowered:
     """Dispatch a collective to its algorithm."""
     if kind is Collective.ALL_REDUCE:
-        return ring_all_reduce(fabric, gpus, size)
+        return ring_all_reduce(fabric, gpus, size, lockstep)
     raise NotImplementedError(f"collective {kind.value} has no lowering yet")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from simulator.collectives import Lowered, lower
+from simulator.collectives import Lowered, execute, lower
 from simulator.fabric import Fabric
 from simulator.ir import Collective, Op, OpKind, Program
 from simulator.network import Network
@@ -187,9 +187,7 @@ class Engine:
         kind: Collective = call.op.collective
         gpus = [self.placement[r] for r in call.members]
         lowered = self._lower(kind, self.fabric, gpus, call.op.bytes)
-        yield self.network.transfer(lowered.routes, lowered.sizes)
-        if lowered.latency > 0:
-            yield self.env.timeout(lowered.latency)
+        yield from execute(self.network, lowered)
         call.end = self.env.now
         self.collectives.append((*key, kind.value, call.op.name, len(call.members),
                                  call.op.bytes, lowered.algorithm, lowered.channels,

@@ -6,12 +6,14 @@ the CLI) that joins ``topologies``, ``workloads`` and the engine.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from simulator.collectives import lower
 from simulator.compute import ComputeModel, jitter_factors
 from simulator.engine import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
 from simulator.fabric import Fabric
@@ -76,7 +78,8 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     placement = graph.graph["gpus"][: program.ranks]
     durations = _durations(program, compute_model(scenario), scenario.seed,
                            scenario.compute_jitter)
-    result = Engine(program, placement, durations, fabric,
+    lowering = functools.partial(lower, lockstep=scenario.step_model == "lockstep")
+    result = Engine(program, placement, durations, fabric, lowering,
                     batch_compute=batch_compute).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))

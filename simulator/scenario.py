@@ -1,7 +1,7 @@
 """Scenario files: strict loading into immutable specs.
 
-A scenario is YAML with the sections ``cluster``, ``model``, ``training`` and
-``parallelism`` (see the README for every key). Loading is strict: an unknown
+A scenario is YAML with the sections ``cluster``, ``model``, ``training``,
+``parallelism`` and ``network`` (see the README for every key). Loading is strict: an unknown
 key, a wrong type, a value with a missing or wrong unit, or an impossible
 combination raises ``ScenarioError`` whose one-line message names the dotted
 key, the value and what is allowed. Nothing runs before the whole scenario has
@@ -125,6 +125,9 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
         "micro_batch": (_integer(1), 1),
         "precision": (_choice(DTYPE_BYTES), "bf16"),
     },
+    "network": {
+        "step_model": (_choice(["pipelined", "lockstep"]), "pipelined"),
+    },
     "parallelism": {
         "dp": (_integer(1), None),
         "bucket_size": (_quantity(units.Dimension.SIZE, positive=True), 25e6),
@@ -147,6 +150,7 @@ class Scenario:
     model: ModelSpec
     training: TrainingSpec
     parallel: DataParallelSpec
+    step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
 
     @property
@@ -250,7 +254,8 @@ def from_dict(raw: object) -> Scenario:
         name=top["name"], seed=top["seed"], cluster=cluster, nodes=nodes, gpu=gpu,
         compute_jitter=sections["cluster"]["compute_jitter"], model=_model(sections["model"]),
         training=training,
-        parallel=DataParallelSpec(dp, p["bucket_size"], p["overlap_grad_reduce"]), source=raw)
+        parallel=DataParallelSpec(dp, p["bucket_size"], p["overlap_grad_reduce"]),
+        step_model=sections["network"]["step_model"], source=raw)
 
 
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:

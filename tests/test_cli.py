@@ -126,3 +126,17 @@ def test_python_dash_m_and_presets(tmp_path):
 def test_missing_file_is_a_clean_error(capsys):
     assert main(["run", "no/such/file.yaml"]) == 2
     assert capsys.readouterr().err.startswith("error: no/such/file.yaml: cannot read")
+
+
+def test_same_scenario_same_files_byte_for_byte(tmp_path):
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert main(["run", str(QUICKSTART), "--out", str(out),
+                     "--set", "model.preset=gpt3-350m"]) == 0
+        outs.append(out)
+    for file in ("trace.json", "spans.csv", "comms.csv", "scenario.yaml"):
+        assert (outs[0] / file).read_bytes() == (outs[1] / file).read_bytes(), file
+    a, b = (json.loads((o / "summary.json").read_text()) for o in outs)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b

@@ -44,6 +44,37 @@ def test_multi_node_ring_uses_every_nic():
     assert busbw == pytest.approx(200e9, rel=0.01)  # 8 x HDR; NCCL measures 192 GB/s
 
 
+@pytest.mark.parametrize(("nodes", "n"), [(1, 8), (2, 16), (3, 24)])
+def test_lockstep_ring_equals_pipelined_ring_on_an_idle_fabric(nodes, n):
+    fabric = Fabric(build_cluster(CLUSTERS["dgx-a100"], nodes))
+    gpus = fabric.graph.graph["gpus"][:n]
+    pipelined = ring_all_reduce(fabric, gpus, 64e6)
+    lockstep = ring_all_reduce(fabric, gpus, 64e6, lockstep=True)
+    assert lockstep.steps == 2 * (n - 1) and pipelined.steps == 1
+    assert lockstep.sizes[0] * lockstep.steps == pytest.approx(pipelined.sizes[0])
+    assert isolated_time(fabric, lockstep) == pytest.approx(isolated_time(fabric, pipelined),
+                                                            rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.data(), st.floats(1.0, 1e9))
+def test_every_rank_sends_and_receives_the_same_bytes(nodes, data, size):
+    fabric = Fabric(build_cluster(CLUSTERS["polaris"], nodes))
+    every = fabric.graph.graph["gpus"]
+    gpus = data.draw(st.lists(st.sampled_from(every), min_size=2, unique=True))
+    lowered = ring_all_reduce(fabric, gpus, size)
+    edges = {i: e for e, i in fabric.index.items()}
+    sent = {g: 0.0 for g in gpus}
+    received = {g: 0.0 for g in gpus}
+    for route, nbytes in zip(lowered.routes, lowered.sizes, strict=True):
+        sent[edges[route[0]][0]] += nbytes
+        received[edges[route[-1]][1]] += nbytes
+    n = len(gpus)
+    for g in gpus:
+        assert sent[g] == pytest.approx(2 * (n - 1) / n * size)
+        assert received[g] == pytest.approx(sent[g])
+
+
 def test_channels_follow_nics():
     fabric = Fabric(build_cluster(CLUSTERS["polaris"], 2))
     assert ring_channels(fabric, fabric.graph.graph["gpus"]) == 2

@@ -34,6 +34,16 @@ def test_batched_compute_planning_matches_one_event_per_kernel(small):
     assert single.summary["events"] > 5 * batched.summary["events"]
 
 
+def test_lockstep_ring_runs_end_to_end_and_agrees_without_contention(small):
+    small["cluster"]["compute_jitter"] = 0.0
+    pipelined = api_run(small)
+    small["network"] = {"step_model": "lockstep"}
+    lockstep = api_run(small)
+    assert lockstep.summary["iteration_time_s"] == pytest.approx(
+        pipelined.summary["iteration_time_s"], rel=1e-9)
+    assert lockstep.summary["events"] > pipelined.summary["events"]
+
+
 def test_no_two_spans_overlap_on_one_stream(small):
     spans = api_run(small).spans
     for _, rows in spans.groupby(["rank", "stream"]):

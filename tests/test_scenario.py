@@ -46,6 +46,7 @@ BAD = [
     (("parallelism", "dp"), 6, "parallelism.dp: 6 must divide the GPU count 16"),
     (("parallelism", "dp"), 8, "parallelism.dp: 8 must equal the GPU count 16"),
     (("parallelism", "bucket_size"), "0 MB", "parallelism.bucket_size: '0 MB' must be a positive"),
+    (("network", "step_model"), "async", "network.step_model: 'async' is not one of: pipelined, "),
     (("parallelism", "overlap_grad_reduce"), "yes please", "parallelism.overlap_grad_reduce: "
                                                            "'yes please' must be true or false"),
 ]
@@ -54,7 +55,7 @@ BAD = [
 @pytest.mark.parametrize(("where", "value", "message"), BAD)
 def test_bad_values_name_the_key(small, where, value, message):
     section, key = where
-    small[section][key] = value
+    small.setdefault(section, {})[key] = value
     with pytest.raises(ScenarioError) as error:
         from_dict(small)
     assert str(error.value).startswith(message)
