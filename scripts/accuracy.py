@@ -43,8 +43,9 @@ def all_reduce_busbw(preset: str, nodes: int, size: float) -> float:
     return size / t * 2 * (n - 1) / n / 1e9
 
 
-def kernel_tflops(gpu: str, kernel: KernelClass, flops: float, nbytes: float,
-                  shape: tuple[int, int, int] | None = None) -> float:
+def kernel_time(gpu: str, kernel: KernelClass, flops: float, nbytes: float,
+                shape: tuple[int, int, int] | None = None) -> float:
+    """Seconds the compute model gives one kernel on ``gpu`` (bf16)."""
     scenario = from_dict({
         "cluster": {"preset": "dgx-a100", "gpu": gpu},
         "model": {"preset": "gpt3-125m"},
@@ -52,7 +53,12 @@ def kernel_tflops(gpu: str, kernel: KernelClass, flops: float, nbytes: float,
     })
     op = Op(OpKind.COMPUTE, "k", "compute", Phase.FORWARD, kernel=kernel, flops=flops,
             bytes=nbytes, shape=shape)
-    return flops / compute_model(scenario).duration(op) / 1e12
+    return compute_model(scenario).duration(op)
+
+
+def kernel_tflops(gpu: str, kernel: KernelClass, flops: float, nbytes: float,
+                  shape: tuple[int, int, int] | None = None) -> float:
+    return flops / kernel_time(gpu, kernel, flops, nbytes, shape) / 1e12
 
 
 def gemm_tflops(gpu: str, m: int, n: int, k: int) -> float:
@@ -61,14 +67,7 @@ def gemm_tflops(gpu: str, m: int, n: int, k: int) -> float:
 
 
 def hbm_copy_tbs(gpu: str, nbytes: float = 2 * GIB) -> float:
-    scenario = from_dict({
-        "cluster": {"preset": "dgx-a100", "gpu": gpu},
-        "model": {"preset": "gpt3-125m"},
-        "training": {"seq_len": 2048, "global_batch": 8},
-    })
-    op = Op(OpKind.COMPUTE, "copy", "compute", Phase.FORWARD, kernel=KernelClass.ELEMENTWISE,
-            bytes=nbytes)
-    return nbytes / compute_model(scenario).duration(op) / 1e12
+    return nbytes / kernel_time(gpu, KernelClass.ELEMENTWISE, 0.0, nbytes) / 1e12
 
 
 def fa2_tflops(gpu: str, batch: int, seq: int, heads: int, head_dim: int) -> float:

@@ -18,3 +18,27 @@ def test_ci_runs_the_readme_commands():
     assert len(commands) == 2
     for command in commands:
         assert command in ci
+
+
+def test_readme_accuracy_table_is_the_accuracy_scripts_output():
+    import contextlib
+    import io
+    import runpy
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        runpy.run_path(str(ROOT / "scripts" / "accuracy.py"), run_name="__main__")
+    table = buffer.getvalue().strip()
+    assert table.count("\n") >= 10
+    assert table in (ROOT / "README.md").read_text(), "re-run scripts/accuracy.py into README"
+
+
+def test_calibrated_pieces_stay_close_to_measurements():
+    import runpy
+
+    accuracy = runpy.run_path(str(ROOT / "scripts" / "accuracy.py"))
+    errors = {case.name: error for case, _, error in accuracy["table"]()}
+    assert abs(errors["all-reduce busbw, multi-node DGX A100 (ring)"]) < 10
+    for name, error in errors.items():
+        if "GEMM" in name or "Attention" in name or "HBM" in name:
+            assert abs(error) < 5, name
