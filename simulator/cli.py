@@ -1,6 +1,8 @@
 """The ``clustersim`` command line.
 
     clustersim run SCENARIO.yaml --out DIR [--format png|pdf|svg] [--json] [--set k=v ...]
+    clustersim collective --cluster dgx-a100 --nodes 2 --op all_reduce --min-bytes 1M \
+        --max-bytes 8G [--factor 2] [--group 0-7] [--algorithm A] [--protocol P] [--csv FILE]
     clustersim presets
 
 Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr).
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from simulator import exports
+from simulator.collectives import CollectiveError
 from simulator.engine import SimulationError
 from simulator.fabric import FabricError
 from simulator.gantt import FORMATS
@@ -36,7 +40,31 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                      help="override a scenario key (repeatable)")
     sub.add_parser("presets", help="list cluster, GPU and model presets")
+    _collective_parser(sub)
     return parser
+
+
+def _collective_parser(sub) -> None:
+    from simulator.ir import Collective
+    from simulator.nccl_tests import DTYPES
+
+    tool = sub.add_parser("collective", help="nccl-tests-style sweep of one collective",
+                          description="Time one collective over a range of sizes on an idle "
+                                      "fabric and print nccl-tests' table.")
+    tool.add_argument("--cluster", required=True, help="cluster preset (clustersim presets)")
+    tool.add_argument("--nodes", type=int, default=1, help="servers (default 1)")
+    tool.add_argument("--op", default="all_reduce", choices=[c.value for c in Collective])
+    tool.add_argument("--min-bytes", "-b", default="32M", help="smallest size, e.g. 8, 1M")
+    tool.add_argument("--max-bytes", "-e", default="8G", help="largest size, e.g. 8G")
+    tool.add_argument("--factor", "-f", type=float, default=2.0, help="size multiplier")
+    tool.add_argument("--group", help="ranks, e.g. 0-7,64 (default: every GPU; send_recv "
+                                      "sends from the first rank to the second)")
+    tool.add_argument("--algorithm", default="auto", help="auto | ring | tree | nvls")
+    tool.add_argument("--protocol", default="auto", help="auto | ll | ll128 | simple")
+    tool.add_argument("--dtype", default="float", choices=list(DTYPES))
+    tool.add_argument("--csv", help="also write the table to this CSV file")
+    tool.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a cluster key, e.g. nic_bandwidth=400Gb/s (repeatable)")
 
 
 def _human(summary: dict, out: Path) -> str:
@@ -88,9 +116,11 @@ def cmd_presets(_args: argparse.Namespace) -> int:
 
     print("clusters (cluster.preset):")
     for c in CLUSTERS.values():
-        print(f"  {c.name:10} {c.gpus_per_node} x {c.gpu}, {c.intra_node.value} "
-              f"{c.nvlink_bandwidth / 1e9:g} GB/s per GPU, {c.nics_per_node} NICs x "
-              f"{c.nic_bandwidth * 8 / 1e9:g} Gb/s, fabric link latency "
+        nvls = ", NVLS" if c.nvls else ""
+        print(f"  {c.name:10} {c.gpus_per_node} x {c.gpu}, {c.intra_node.value}{nvls} "
+              f"{c.nvlink_bandwidth / 1e9:g} GB/s per GPU (x{c.nvlink_efficiency:g} reached), "
+              f"{c.nics_per_node} NICs x {c.nic_bandwidth * 8 / 1e9:g} Gb/s "
+              f"(x{c.nic_efficiency:g}), {c.fabric.kind.value}, link latency "
               f"{c.link_latency * 1e6:g} us")
     print("gpus (cluster.gpu):")
     for g in GPUS.values():
@@ -106,17 +136,61 @@ def cmd_presets(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_collective(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from simulator import nccl_tests
+    from simulator.collectives import Collectives
+    from simulator.fabric import Fabric
+    from simulator.ir import Collective
+    from simulator.scenario import apply_overrides, machine_from, network_from
+
+    sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
+    raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)
+    machine = machine_from(raw["cluster"])
+    algorithm, protocol, _ = network_from({"algorithm": args.algorithm,
+                                           "protocol": args.protocol}, machine)
+    try:
+        byte_sizes = nccl_tests.sizes(nccl_tests.parse_size(args.min_bytes),
+                                      nccl_tests.parse_size(args.max_bytes), args.factor)
+        ranks = (nccl_tests.parse_ranks(args.group, machine.gpus) if args.group
+                 else list(range(machine.gpus)))
+    except ValueError as error:
+        raise ScenarioError(f"collective: {error}") from None
+    kind = Collective(args.op)
+    graph = machine.build_graph()
+    fabric = Fabric(graph)
+    gpus = [graph.graph["gpus"][r] for r in (ranks[:2] if kind is Collective.SEND_RECV
+                                               else ranks)]
+    tuner = Collectives(fabric, algorithm, protocol)
+    rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype)
+    header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
+              f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.kind.value})",
+              f"algorithm {args.algorithm}, protocol {args.protocol}"]
+    print(nccl_tests.format_table(rows, header))
+    print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
+          f"{sum(r.events for r in rows):,} events")
+    if args.csv:
+        pd.DataFrame([r.__dict__ for r in rows]).to_csv(args.csv, index=False,
+                                                         float_format="%.9g")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "presets": cmd_presets}[args.command]
+    handler = {"run": cmd_run, "presets": cmd_presets, "collective": cmd_collective}[
+        args.command]
     try:
         return handler(args)
     except ScenarioError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except (SimulationError, FabricError) as error:
+    except (SimulationError, FabricError, CollectiveError) as error:
         print(f"simulation failed: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. `clustersim presets | head`: the reader left
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,25 +1,16 @@
-"""Collectives lowered to flows on the fabric, as NCCL's ring algorithm runs them.
+"""Collective calls: choose an algorithm and protocol, lower to flows, execute.
 
-Ring all-reduce of S bytes over n ranks is a reduce-scatter then an all-gather:
-2(n-1) steps, in each of which every rank sends one S/n chunk to its ring
-successor (nccl-tests ``doc/PERFORMANCE.md``). The steps are pipelined, so each
-ring link carries 2(n-1)/n * S bytes back to back: we simulate that as one flow
-per ring link at the fair-shared bandwidth of its route, plus 2(n-1) step
-latencies (the slowest hop's). On an idle uniform ring this is exactly
+``Collectives`` is the NCCL-like tuner the engine calls: for each call it
+considers every (algorithm, protocol) that can run it (``simulator.algorithms``,
+``simulator.nccl``), prices each on the idle fabric exactly (max-min fair
+rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
+picks the lowest modelled time. Either choice can be forced
+(``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
+on the shared network (so concurrent calls contend) followed by its latency.
 
-    t = 2(n-1)/n * S / B + 2(n-1) * latency.
-
-With ``lockstep=True`` the ring is instead simulated step by step: 2(n-1)
-transfers of one S/(n * channels) chunk per ring link, each followed by the step
-latency, the next starting when the slowest chunk of the previous has arrived.
-Both give the same time on an idle uniform ring (a test checks it); lock-step is
-slower to simulate and slightly pessimistic under contention, pipelined is
-NCCL's behaviour and the default.
-
-Like NCCL, a ring that spans servers is split into channels, one per NIC a
-server contributes; channel c rotates each server's members by c, so every
-channel enters and leaves a server through different GPUs and so different NICs,
-and each channel carries S / channels.
+Time on an idle, uniform fabric therefore has the closed form
+``base + sum(steps * (step latency + wire latency)) + bytes / (bandwidth * efficiency)``,
+which the oracle tests check per algorithm.
 """
 
 from __future__ import annotations
@@ -27,25 +18,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
+from simulator import nccl
+from simulator.algorithms import PLANNERS, AlgorithmUnavailable, Plan
 from simulator.fabric import Fabric
 from simulator.ir import Collective
-from simulator.network import Network
+from simulator.nccl import Algorithm, Protocol
+from simulator.network import Network, max_min_rates
+
+
+class CollectiveError(ValueError):
+    """A forced algorithm or protocol that cannot run a call."""
 
 
 @dataclass(frozen=True)
 class Lowered:
     """Flows and latency of one collective call.
 
-    The call runs ``steps`` times: transfer ``sizes[i]`` bytes along
+    The call runs ``steps`` times: transfer ``sizes[i]`` wire bytes along
     ``routes[i]`` (all flows at once), then wait ``latency / steps``.
     """
 
     routes: list[tuple[int, ...]]
     sizes: list[float]
     latency: float
-    algorithm: str
+    algorithm: Algorithm
+    protocol: Protocol
     channels: int
     steps: int = 1
 
@@ -54,74 +54,58 @@ class Lowered:
         return self.latency / self.steps
 
 
-def ring_orders(nodes: Sequence[int], channels: int) -> list[list[int]]:
-    """Ring order (member indices) of each channel.
-
-    ``nodes[i]`` is member i's server; members stay grouped by server in the
-    order given, and channel c starts each server's run at its c-th member.
-
-    >>> ring_orders([0, 0, 1, 1], 2)
-    [[0, 1, 2, 3], [1, 0, 3, 2]]
-    """
-    servers: dict[int, list[int]] = {}
-    for member, node in enumerate(nodes):
-        servers.setdefault(node, []).append(member)
-    orders = []
-    for c in range(channels):
-        order: list[int] = []
-        for members in servers.values():
-            shift = c % len(members)
-            order.extend(members[shift:] + members[:shift])
-        orders.append(order)
-    return orders
+CANDIDATES = {
+    Collective.ALL_REDUCE: (Algorithm.NVLS, Algorithm.RING, Algorithm.TREE),
+    Collective.ALL_GATHER: (Algorithm.RING,),
+    Collective.REDUCE_SCATTER: (Algorithm.RING,),
+    Collective.BROADCAST: (Algorithm.RING,),
+    Collective.REDUCE: (Algorithm.RING,),
+    Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
+    Collective.SEND_RECV: (Algorithm.DIRECT,),
+}
+DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
 
 
-def ring_channels(fabric: Fabric, gpus: Sequence[str]) -> int:
-    """NCCL-style channel count: the NICs each server brings (1 inside a server)."""
-    nics: dict[int, set[str]] = {}
-    for gpu in gpus:
-        nics.setdefault(fabric.node_of(gpu), set()).add(fabric.graph.nodes[gpu]["nic"])
-    if len(nics) == 1:
-        return 1
-    return min(len(v) for v in nics.values())
+def latency(plan: Plan, protocol: Protocol) -> float:
+    """NCCL's latency of ``plan`` under ``protocol`` plus the wire latency per step."""
+    total = nccl.base_latency(plan.algorithm, protocol)
+    for transport, count, wire in plan.steps:
+        step = nccl.step_latency(plan.algorithm, protocol, transport, plan.multi_node)
+        total += count * (step + wire)
+    return total
 
 
-def ring_all_reduce(fabric: Fabric, gpus: Sequence[str], size: float,
-                    lockstep: bool = False) -> Lowered:
-    """Lower an all-reduce of ``size`` bytes over ``gpus`` to ring flows."""
-    n = len(gpus)
-    if n < 2 or size <= 0:
-        return Lowered([], [], 0.0, "ring", 0)
-    channels = ring_channels(fabric, gpus)
-    per_flow = 2.0 * (n - 1) / n * size / channels
-    routes: list[tuple[int, ...]] = []
-    hop_latency = 0.0
-    for order in ring_orders([fabric.node_of(g) for g in gpus], channels):
-        for i, member in enumerate(order):
-            route = fabric.route(gpus[member], gpus[order[(i + 1) % n]])
-            routes.append(route.links)
-            hop_latency = max(hop_latency, route.latency)
-    steps = 2 * (n - 1)
-    if lockstep:
-        chunk = per_flow / steps
-        return Lowered(routes, [chunk] * len(routes), steps * hop_latency, "ring", channels,
-                       steps)
-    return Lowered(routes, [per_flow] * len(routes), steps * hop_latency, "ring", channels)
+def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) -> Lowered:
+    """The call of ``size`` bytes that ``plan`` (made for 1 byte) becomes under ``protocol``."""
+    if not nccl.supports(plan.algorithm, protocol):
+        raise CollectiveError(f"{plan.algorithm.value} does not run the {protocol.value} protocol")
+    scale = size * plan.wire_scale / nccl.efficiency(protocol)
+    sizes = [b * scale for b in plan.payload]
+    steps = 1
+    if lockstep and plan.algorithm is Algorithm.RING and plan.pipelined_steps > 1:
+        steps = plan.pipelined_steps
+        sizes = [s / steps for s in sizes]
+    return Lowered(plan.routes, sizes, latency(plan, protocol), plan.algorithm, protocol,
+                   plan.channels, steps)
 
 
-def point_to_point(fabric: Fabric, src: str, dst: str, size: float) -> Lowered:
-    """One message of ``size`` bytes from GPU ``src`` to ``dst`` along its route."""
-    if src == dst or size <= 0:
-        return Lowered([], [], 0.0, "p2p", 0)
-    route = fabric.route(src, dst)
-    return Lowered([route.links], [size], route.latency, "p2p", 1)
+def idle_rates(fabric: Fabric, plan: Plan) -> np.ndarray:
+    """Max-min fair rate of each flow of ``plan`` alone on the fabric (cached)."""
+    if plan.rates is None:
+        lengths = np.array([len(r) for r in plan.routes])
+        pair_flow = np.repeat(np.arange(len(plan.routes)), lengths)
+        pair_link = np.fromiter((x for r in plan.routes for x in r), dtype=np.int64,
+                                count=int(lengths.sum()))
+        plan.rates = max_min_rates(pair_flow, pair_link, fabric.capacity, len(plan.routes))
+    return plan.rates
 
 
-def isolated_time(fabric: Fabric, lowered: Lowered) -> float:
-    """Seconds ``lowered`` takes alone on an idle fabric (bandwidth term + latency)."""
-    env = simpy.Environment()
-    env.run(env.process(execute(Network(env, fabric.capacity), lowered)))
-    return env.now
+def estimate(fabric: Fabric, plan: Plan, size: float, protocol: Protocol) -> float:
+    """Seconds ``plan`` takes for ``size`` bytes on the idle fabric (exact)."""
+    lowered = finish(plan, size, protocol)
+    if not lowered.routes:
+        return lowered.latency
+    return lowered.latency + float(np.max(np.asarray(lowered.sizes) / idle_rates(fabric, plan)))
 
 
 def execute(network: Network, lowered: Lowered):
@@ -132,9 +116,68 @@ def execute(network: Network, lowered: Lowered):
             yield network.env.timeout(lowered.step_latency)
 
 
-def lower(kind: Collective, fabric: Fabric, gpus: Sequence[str], size: float,
-          lockstep: bool = False) -> Lowered:
-    """Dispatch a collective to its algorithm."""
-    if kind is Collective.ALL_REDUCE:
-        return ring_all_reduce(fabric, gpus, size, lockstep)
-    raise NotImplementedError(f"collective {kind.value} has no lowering yet")
+def isolated_time(fabric: Fabric, lowered: Lowered) -> float:
+    """Seconds ``lowered`` takes alone on an idle fabric, simulated."""
+    env = simpy.Environment()
+    env.run(env.process(execute(Network(env, fabric.capacity), lowered)))
+    return env.now
+
+
+class Collectives:
+    """NCCL-like choice and lowering of collective calls on one fabric."""
+
+    def __init__(self, fabric: Fabric, algorithm: Algorithm | None = None,
+                 protocol: Protocol | None = None, lockstep: bool = False) -> None:
+        self.fabric, self.algorithm, self.protocol = fabric, algorithm, protocol
+        self.lockstep = lockstep
+        self._plans: dict[tuple, Plan | None] = {}
+        self._choices: dict[tuple, tuple[Plan, Protocol]] = {}
+
+    def __call__(self, kind: Collective, gpus: Sequence[str], size: float) -> Lowered:
+        if len(gpus) < 2 or size <= 0:
+            return Lowered([], [], 0.0, Algorithm.RING, Protocol.SIMPLE, 0)
+        plan, protocol = self.choose(kind, gpus, size)
+        return finish(plan, size, protocol, self.lockstep)
+
+    def plan(self, kind: Collective, algorithm: Algorithm, gpus: Sequence[str]) -> Plan | None:
+        """The 1-byte plan of ``algorithm`` for this call, or None if it cannot run it."""
+        key = (kind, algorithm, tuple(gpus))
+        if key not in self._plans:
+            try:
+                self._plans[key] = PLANNERS[algorithm](self.fabric, kind, gpus, 1.0)
+            except AlgorithmUnavailable:
+                self._plans[key] = None
+        return self._plans[key]
+
+    def candidates(self, kind: Collective, gpus: Sequence[str]) -> list[tuple[Plan, Protocol]]:
+        algorithms = CANDIDATES[kind]
+        if self.algorithm is not None and self.algorithm in algorithms:
+            algorithms = (self.algorithm,)
+        options = []
+        for algorithm in algorithms:
+            plan = self.plan(kind, algorithm, gpus)
+            if plan is None:
+                continue
+            protocols = DIRECT_PROTOCOLS if algorithm is Algorithm.DIRECT else tuple(Protocol)
+            if self.protocol is not None:
+                protocols = (self.protocol,) if self.protocol in protocols else ()
+            options += [(plan, p) for p in protocols if nccl.supports(algorithm, p)]
+        if not options:
+            raise CollectiveError(self._why_none(kind, gpus))
+        return options
+
+    def choose(self, kind: Collective, gpus: Sequence[str], size: float) -> tuple[Plan, Protocol]:
+        """The fastest (plan, protocol) on the idle fabric; ties go to the first listed."""
+        key = (kind, tuple(gpus), size)
+        if key not in self._choices:
+            options = self.candidates(kind, gpus)
+            times = [estimate(self.fabric, plan, size, p) for plan, p in options]
+            self._choices[key] = options[int(np.argmin(times))]
+        return self._choices[key]
+
+    def _why_none(self, kind: Collective, gpus: Sequence[str]) -> str:
+        forced = ", ".join(f"network.{name} {value.value}" for name, value in
+                           (("algorithm", self.algorithm), ("protocol", self.protocol)) if value)
+        servers = len({self.fabric.node_of(g) for g in gpus})
+        return (f"{forced or 'no algorithm'} cannot run {kind.value} over {len(gpus)} GPUs on "
+                f"{servers} server(s)")

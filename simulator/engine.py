@@ -13,7 +13,8 @@ depends on a kernel inside the run resumes at that kernel's planned end. The
 trace is the same as with one event per kernel, with far fewer events.
 
 The engine knows nothing of topologies or workloads: it gets a Program, the
-GPU of each rank, compute durations, a Fabric and a collective lowering.
+GPU of each rank, compute durations, a Fabric and a collective lowering (a
+function (collective, GPUs, bytes) -> Lowered, such as ``Collectives``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from simulator.collectives import Lowered, execute, lower
+from simulator.collectives import Lowered, execute
 from simulator.fabric import Fabric
 from simulator.ir import Collective, Op, OpKind, Program
 from simulator.network import Network
@@ -33,7 +34,7 @@ Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer,
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
                 "layer", "bytes")
 COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
-                      "algorithm", "channels", "first_arrival", "start", "end")
+                      "algorithm", "protocol", "channels", "first_arrival", "start", "end")
 
 
 class SimulationError(RuntimeError):
@@ -64,7 +65,7 @@ class EngineResult:
 class Engine:
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
-                 lowering: Callable[..., Lowered] = lower, batch_compute: bool = True) -> None:
+                 lowering: Callable[..., Lowered], batch_compute: bool = True) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.program, self.placement, self.fabric = program, placement, fabric
@@ -186,11 +187,12 @@ class Engine:
         call.start = self.env.now
         kind: Collective = call.op.collective
         gpus = [self.placement[r] for r in call.members]
-        lowered = self._lower(kind, self.fabric, gpus, call.op.bytes)
+        lowered = self._lower(kind, gpus, call.op.bytes)
         yield from execute(self.network, lowered)
         call.end = self.env.now
         self.collectives.append((*key, kind.value, call.op.name, len(call.members),
-                                 call.op.bytes, lowered.algorithm, lowered.channels,
+                                 call.op.bytes, lowered.algorithm.value,
+                                 lowered.protocol.value, lowered.channels,
                                  min(call.arrivals.values()), call.start, call.end))
         call.done.succeed()
 

@@ -34,7 +34,15 @@ class KernelClass(Enum):
 
 
 class Collective(Enum):
+    """Operations, named as nccl-tests names them (``all_reduce_perf`` ...)."""
+
     ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
 
 
 class Phase(Enum):

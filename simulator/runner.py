@@ -6,21 +6,19 @@ the CLI) that joins ``topologies``, ``workloads`` and the engine.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from simulator.collectives import lower
+from simulator.collectives import Collectives
 from simulator.compute import ComputeModel, jitter_factors
 from simulator.engine import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
 from simulator.fabric import Fabric
 from simulator.ir import Program
 from simulator.scenario import Scenario
 from simulator.summary import summarize
-from topologies import build_cluster
 from workloads.data_parallel import build_data_parallel
 
 
@@ -72,13 +70,14 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     trace is the same (a test checks it), only slower.
     """
     wall = time.perf_counter()
-    graph = build_cluster(scenario.cluster, scenario.nodes)
+    graph = scenario.machine.build_graph()
     fabric = Fabric(graph)
     program = build_data_parallel(scenario.model, scenario.training, scenario.parallel)
     placement = graph.graph["gpus"][: program.ranks]
     durations = _durations(program, compute_model(scenario), scenario.seed,
                            scenario.compute_jitter)
-    lowering = functools.partial(lower, lockstep=scenario.step_model == "lockstep")
+    lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
+                           lockstep=scenario.step_model == "lockstep")
     result = Engine(program, placement, durations, fabric, lowering,
                     batch_compute=batch_compute).run()
     nodes = [fabric.node_of(g) for g in placement]

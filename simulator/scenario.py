@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import yaml
 
 from simulator import units
+from simulator.nccl import Algorithm, Protocol
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
+from topologies.clusters import FabricKind, FabricSpec
+from topologies.graph_file import GraphFileError, load_graph
 from workloads.models import MODELS, Mlp, ModelSpec
 from workloads.training import DTYPE_BYTES, DataParallelSpec, TrainingSpec
 
@@ -91,6 +95,23 @@ def _quantity(dimension: units.Dimension, positive: bool) -> Callable[[str, obje
 
 _BANDWIDTH = _quantity(units.Dimension.BANDWIDTH, positive=True)
 _LATENCY = _quantity(units.Dimension.TIME, positive=False)
+_EFFICIENCY = _number(0.01, 1.0)
+
+FABRIC_SCHEMA = {
+    "type": (_choice(k.value for k in FabricKind), None),
+    "leaf_ports": (_integer(1), None),
+    "oversubscription": (_number(1.0, 64.0), None),
+    "pod_leaves": (_integer(1), None),
+    "core_oversubscription": (_number(1.0, 64.0), None),
+    "router_nodes": (_integer(1), None),
+    "group_routers": (_integer(1), None),
+    "global_links": (_integer(1), None),
+    "path": (_text, None),
+}
+
+
+def _subsection(schema: dict) -> Callable[[str, object], dict[str, Any]]:
+    return lambda path, value: _section(path, value, schema)
 
 SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     "cluster": {
@@ -106,6 +127,11 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
         "link_latency": (_LATENCY, None),
         "oversubscription": (_number(1.0, 64.0), None),
         "leaf_ports": (_integer(1), None),
+        "nvlink_efficiency": (_EFFICIENCY, None),
+        "nic_efficiency": (_EFFICIENCY, None),
+        "nvls": (_boolean, None),
+        "nvls_efficiency": (_EFFICIENCY, None),
+        "fabric": (_subsection(FABRIC_SCHEMA), None),
         "compute_jitter": (_number(0.0, 1.0), 0.0),
     },
     "model": {
@@ -126,6 +152,9 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
         "precision": (_choice(DTYPE_BYTES), "bf16"),
     },
     "network": {
+        "algorithm": (_choice(["auto"] + [a.value for a in Algorithm
+                                          if a is not Algorithm.DIRECT]), "auto"),
+        "protocol": (_choice(["auto"] + [p.value for p in Protocol]), "auto"),
         "step_model": (_choice(["pipelined", "lockstep"]), "pipelined"),
     },
     "parallelism": {
@@ -143,19 +172,30 @@ class Scenario:
 
     name: str
     seed: int
-    cluster: ClusterSpec
-    nodes: int
-    gpu: GpuSpec
-    compute_jitter: float
+    machine: Machine
     model: ModelSpec
     training: TrainingSpec
     parallel: DataParallelSpec
+    algorithm: Algorithm | None  # None: chosen per call, like NCCL's tuner
+    protocol: Protocol | None
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
 
     @property
+    def cluster(self) -> ClusterSpec:
+        return self.machine.cluster
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.machine.gpu
+
+    @property
     def gpus(self) -> int:
-        return self.nodes * self.cluster.gpus_per_node
+        return self.machine.gpus
+
+    @property
+    def compute_jitter(self) -> float:
+        return self.machine.compute_jitter
 
 
 def _unknown(path: str, key: object, allowed: Iterable[str]) -> ScenarioError:
@@ -186,13 +226,58 @@ def _section(path: str, raw: object, schema: Mapping[str, tuple]) -> dict[str, A
     return values
 
 
-_CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterSpec)}
+_CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterSpec)} - {"fabric"}
+_FABRIC_FIELDS = {f.name for f in dataclasses.fields(FabricSpec)}
+
+
+def _fabric(preset: FabricSpec, values: dict[str, Any]) -> FabricSpec:
+    """The preset's fabric with the scenario's type and parameters applied."""
+    given = {k: v for k, v in (values.get("fabric") or {}).items() if v is not None}
+    for key in ("oversubscription", "leaf_ports"):
+        if values.get(key) is not None:
+            if key in given:
+                raise ScenarioError(f"cluster.{key}: give it once, here or as "
+                                    f"cluster.fabric.{key}")
+            given[key] = values[key]
+    kind = FabricKind(given.pop("type", preset.kind.value))
+    base = preset if kind is preset.kind else FabricSpec(kind=kind)
+    spec = dataclasses.replace(base, kind=kind, **{k: v for k, v in given.items()
+                                                   if k in _FABRIC_FIELDS})
+    if kind is FabricKind.FILE and not spec.path:
+        raise ScenarioError("cluster.fabric.path: missing; a file fabric needs the GraphML "
+                            "or YAML file")
+    return spec
 
 
 def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
     overrides = {k: v for k, v in values.items() if k in _CLUSTER_FIELDS and v is not None}
-    spec = dataclasses.replace(CLUSTERS[values["preset"]], **overrides)
+    preset = CLUSTERS[values["preset"]]
+    spec = dataclasses.replace(preset, fabric=_fabric(preset.fabric, values), **overrides)
     return spec, GPUS[spec.gpu]
+
+
+def _file_graph(spec: ClusterSpec, base_dir: Path | None) -> nx.DiGraph:
+    path = Path(spec.fabric.path)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        return load_graph(path)
+    except GraphFileError as error:
+        raise ScenarioError(f"cluster.fabric.path: {error}") from None
+
+
+def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | None):
+    algorithm = None if values["algorithm"] == "auto" else Algorithm(values["algorithm"])
+    protocol = None if values["protocol"] == "auto" else Protocol(values["protocol"])
+    has_nvls = cluster.nvls if graph is None else any(
+        d.get("nvls") for _, d in graph.nodes(data=True))
+    if algorithm is Algorithm.NVLS and not has_nvls:
+        raise _fail("network.algorithm", "nvls", "needs an NVSwitch with NVLink SHARP "
+                                                 "(dgx-h100, dgx-h200, or cluster.nvls: true)")
+    if algorithm is Algorithm.NVLS and protocol not in (None, Protocol.SIMPLE):
+        raise _fail("network.protocol", protocol.value, "cannot run with network.algorithm "
+                                                        "nvls, which uses simple only")
+    return algorithm, protocol
 
 
 def _model(values: dict[str, Any]) -> ModelSpec:
@@ -231,8 +316,53 @@ def _check_parallel(gpus: int, training: TrainingSpec, dp: int) -> None:
                     f"{training.micro_batch} = {per_step}")
 
 
-def from_dict(raw: object) -> Scenario:
-    """Check a parsed scenario and build its specs; raises ScenarioError."""
+@dataclass(frozen=True)
+class Machine:
+    """A checked cluster: its spec, GPU, size, and the fabric graph if read from a file."""
+
+    cluster: ClusterSpec
+    gpu: GpuSpec
+    nodes: int
+    gpus: int
+    compute_jitter: float
+    graph: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def build_graph(self) -> nx.DiGraph:
+        if self.graph is not None:
+            return self.graph
+        from topologies import build_cluster
+
+        return build_cluster(self.cluster, self.nodes)
+
+
+def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
+    """Check a ``cluster:`` section (see ``SCHEMA``) and build its Machine."""
+    values = _section("cluster", raw, SCHEMA["cluster"])
+    cluster, gpu = _cluster(values)
+    nodes, graph = values["nodes"], None
+    gpus = nodes * cluster.gpus_per_node
+    if cluster.fabric.kind is FabricKind.FILE:
+        graph = _file_graph(cluster, base_dir)
+        if (raw or {}).get("nodes") not in (None, graph.graph["servers"]):
+            raise _fail("cluster.nodes", nodes, f"disagrees with the fabric file's "
+                                                f"{graph.graph['servers']} servers")
+        nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
+    return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph)
+
+
+def network_from(raw: object, machine: Machine) -> tuple[Algorithm | None, Protocol | None, str]:
+    """Check a ``network:`` section: (algorithm or None, protocol or None, step model)."""
+    values = _section("network", raw, SCHEMA["network"])
+    algorithm, protocol = _network(values, machine.cluster, machine.graph)
+    return algorithm, protocol, values["step_model"]
+
+
+def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
+    """Check a parsed scenario and build its specs; raises ScenarioError.
+
+    ``base_dir`` resolves a relative ``cluster.fabric.path`` (the scenario
+    file's folder when loading a file).
+    """
     if not isinstance(raw, dict):
         raise _fail("scenario", raw, "must be a mapping with cluster, model, training, "
                                      "parallelism")
@@ -241,21 +371,20 @@ def from_dict(raw: object) -> Scenario:
         if key not in allowed:
             raise _unknown("", key, allowed)
     top = _section("", {k: v for k, v in raw.items() if k in TOP_LEVEL}, TOP_LEVEL)
-    sections = {name: _section(name, raw.get(name), schema) for name, schema in SCHEMA.items()}
-    cluster, gpu = _cluster(sections["cluster"])
-    training = TrainingSpec(**sections["training"])
-    if training.precision not in gpu.peak_flops:
-        raise _fail("training.precision", training.precision, f"is not supported by {gpu.name}")
-    nodes = sections["cluster"]["nodes"]
-    p = sections["parallelism"]
-    dp = p["dp"] if p["dp"] is not None else nodes * cluster.gpus_per_node
-    _check_parallel(nodes * cluster.gpus_per_node, training, dp)
+    machine = machine_from(raw.get("cluster"), base_dir)
+    training = TrainingSpec(**_section("training", raw.get("training"), SCHEMA["training"]))
+    if training.precision not in machine.gpu.peak_flops:
+        raise _fail("training.precision", training.precision,
+                    f"is not supported by {machine.gpu.name}")
+    model = _model(_section("model", raw.get("model"), SCHEMA["model"]))
+    algorithm, protocol, step_model = network_from(raw.get("network"), machine)
+    p = _section("parallelism", raw.get("parallelism"), SCHEMA["parallelism"])
+    dp = p["dp"] if p["dp"] is not None else machine.gpus
+    _check_parallel(machine.gpus, training, dp)
     return Scenario(
-        name=top["name"], seed=top["seed"], cluster=cluster, nodes=nodes, gpu=gpu,
-        compute_jitter=sections["cluster"]["compute_jitter"], model=_model(sections["model"]),
-        training=training,
+        name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=DataParallelSpec(dp, p["bucket_size"], p["overlap_grad_reduce"]),
-        step_model=sections["network"]["step_model"], source=raw)
+        algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw)
 
 
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
@@ -288,4 +417,5 @@ def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
         raise ScenarioError(f"{path}: not valid YAML{where}") from None
     if isinstance(raw, dict):
         raw.setdefault("name", file.stem)
-    return from_dict(apply_overrides(raw if raw is not None else {}, overrides))
+    return from_dict(apply_overrides(raw if raw is not None else {}, overrides),
+                     base_dir=file.parent)

@@ -45,7 +45,9 @@ def test_spans_csv_has_one_row_per_span(quickstart_run):
     assert spans["end"].max() == pytest.approx(summary["iteration_time_s"])
     comms = pd.read_csv(quickstart_run / "comms.csv")
     assert len(comms) == summary["buckets"]
-    assert (comms["ranks"] == 16).all() and (comms["algorithm"] == "ring").all()
+    assert (comms["ranks"] == 16).all()
+    assert set(comms["algorithm"]) <= {"ring", "tree"} and set(comms["protocol"]) <= {
+        "ll", "ll128", "simple"}
 
 
 def test_chrome_trace_is_valid_trace_event_json(quickstart_run):
@@ -140,3 +142,47 @@ def test_same_scenario_same_files_byte_for_byte(tmp_path):
     a, b = (json.loads((o / "summary.json").read_text()) for o in outs)
     a.pop("wall_s"), b.pop("wall_s")
     assert a == b
+
+
+def test_collective_tool_prints_the_nccl_tests_table(tmp_path, capsys):
+    csv = tmp_path / "ar.csv"
+    args = ["collective", "--cluster", "dgx-a100", "--nodes", "2", "--op", "all_reduce",
+            "--min-bytes", "1M", "--max-bytes", "8G", "--csv", str(csv)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "(B)" in out and "algbw" in out and "busbw" in out and "Avg bus bandwidth" in out
+    table = pd.read_csv(csv)
+    assert table["size"].tolist() == [2**k for k in range(20, 34)]
+    assert (table["count"] == table["size"] // 4).all()
+    assert table["busbw"].tolist() == pytest.approx((table["algbw"] * 2 * 15 / 16).tolist(),
+                                                    rel=1e-6)
+    assert table["busbw"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "broadcast", "reduce",
+                                "all_to_all", "send_recv"])
+def test_collective_tool_runs_every_operation(op, capsys):
+    args = ["collective", "--cluster", "polaris", "--nodes", "2", "--op", op, "-b", "8",
+            "-e", "64M", "-f", "64", "--group", "0-5"]
+    assert main(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert len(rows) == 4  # 8 B, 512 B, 32 KiB, 2 MiB
+
+
+def test_collective_tool_forced_choices(capsys):
+    args = ["collective", "--cluster", "dgx-h100", "--op", "all_reduce", "-b", "1G", "-e", "1G",
+            "--algorithm", "ring", "--protocol", "ll128", "--set", "nvlink_bandwidth=900 GB/s"]
+    assert main(args) == 0
+    assert "ring      ll128" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--min-bytes", "1X"], "error: collective: '1X' is not a size"),
+    (["--group", "0-99"], "error: collective: '0-99' is outside ranks 0-15"),
+    (["--algorithm", "nvls"], "error: network.algorithm: 'nvls' needs an NVSwitch"),
+    (["--set", "nic_bandwidth=fast"], "error: cluster.nic_bandwidth: 'fast' is not a bandwidth"),
+])
+def test_collective_tool_bad_input(capsys, args, message):
+    base = ["collective", "--cluster", "dgx-a100", "--nodes", "2"]
+    assert main(base + args) == 2
+    assert capsys.readouterr().err.startswith(message)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import run as api_run
+from simulator.collectives import Collectives
 from simulator.engine import Engine, SimulationError
 from simulator.exports import chrome_trace
 from simulator.fabric import Fabric
@@ -36,8 +37,9 @@ def test_batched_compute_planning_matches_one_event_per_kernel(small):
 
 def test_lockstep_ring_runs_end_to_end_and_agrees_without_contention(small):
     small["cluster"]["compute_jitter"] = 0.0
+    small["network"] = {"algorithm": "ring"}
     pipelined = api_run(small)
-    small["network"] = {"step_model": "lockstep"}
+    small["network"]["step_model"] = "lockstep"
     lockstep = api_run(small)
     assert lockstep.summary["iteration_time_s"] == pytest.approx(
         pipelined.summary["iteration_time_s"], rel=1e-9)
@@ -134,7 +136,7 @@ def _program(collective_ranks, sizes=None):
 def _engine(program):
     fabric = Fabric(build_cluster(CLUSTERS["dgx-a100"], 1))
     return Engine(program, fabric.graph.graph["gpus"][:2],
-                  lambda rank: [1e-3] * len(program.ops[rank]), fabric)
+                  lambda rank: [1e-3] * len(program.ops[rank]), fabric, Collectives(fabric))
 
 
 def test_deadlock_is_reported():
@@ -152,7 +154,7 @@ def test_waiting_rank_records_a_wait_span():
     durations = {0: [1e-3, 0.0], 1: [3e-3, 0.0]}
     fabric = Fabric(build_cluster(CLUSTERS["dgx-a100"], 1))
     result = Engine(program, fabric.graph.graph["gpus"][:2], durations.__getitem__,
-                    fabric).run()
+                    fabric, Collectives(fabric)).run()
     waits = [s for s in result.spans if s[2] == "wait"]
     assert len(waits) == 1 and waits[0][0] == 0
     assert waits[0][4:6] == pytest.approx((1e-3, 3e-3))

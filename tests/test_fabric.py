@@ -1,4 +1,4 @@
-"""Topology builders: invariants (counts, connectivity) and routing."""
+"""Topology builders: invariants (counts, connectivity), routing, fabric files."""
 
 import dataclasses
 
@@ -6,14 +6,25 @@ import networkx as nx
 import pytest
 
 from simulator.fabric import Fabric, FabricError
-from topologies import CLUSTERS, build_cluster
-from topologies.fabric import leaf_spine_shape
+from simulator.nccl import Transport
+from topologies import CLUSTERS, FabricKind, FabricSpec, build_cluster
+from topologies.graph_file import GraphFileError, load_graph
+from topologies.networks import dragonfly_links, leaf_spine_shape
+
+KINDS = [FabricKind.FAT_TREE, FabricKind.FAT_TREE_3, FabricKind.RAIL, FabricKind.DRAGONFLY]
+
+
+def with_fabric(preset, kind, **params):
+    spec = CLUSTERS[preset]
+    return dataclasses.replace(spec, fabric=FabricSpec(kind=kind, **params))
 
 
 @pytest.mark.parametrize("preset", list(CLUSTERS))
-@pytest.mark.parametrize("nodes", [1, 2, 9])
-def test_counts_and_connectivity(preset, nodes):
-    spec = CLUSTERS[preset]
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("nodes", [1, 2, 9, 40])
+def test_counts_and_connectivity(preset, kind, nodes):
+    spec = with_fabric(preset, kind, leaf_ports=8, pod_leaves=2, router_nodes=2,
+                       group_routers=3, global_links=2)
     graph = build_cluster(spec, nodes)
     kinds = nx.get_node_attributes(graph, "kind")
     count = {k: list(kinds.values()).count(k) for k in set(kinds.values())}
@@ -22,9 +33,12 @@ def test_counts_and_connectivity(preset, nodes):
     assert nx.is_strongly_connected(graph)
     for u, v, data in graph.edges(data=True):
         assert graph.has_edge(v, u), "every link is full duplex"
-        assert data["bandwidth"] > 0 and data["latency"] >= 0
+        assert data["bandwidth"] > 0 and data["latency"] >= 0 and 0 < data["efficiency"] <= 1
     for gpu in graph.graph["gpus"]:
         assert graph.has_edge(gpu, graph.nodes[gpu]["nic"])
+    fabric = Fabric(graph)  # every GPU reaches every other
+    first, last = graph.graph["gpus"][0], graph.graph["gpus"][-1]
+    assert fabric.route(first, last).links and fabric.route(last, first).links
 
 
 def test_polaris_shares_two_nics_among_four_gpus():
@@ -40,28 +54,114 @@ def test_leaf_spine_shape():
     assert leaf_spine_shape(512, 32, 4.0) == (16, 8)
 
 
+def test_oversubscription_cuts_uplinks():
+    full = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE, leaf_ports=16), 8)
+    half = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE, leaf_ports=16,
+                                     oversubscription=2.0), 8)
+    assert full.out_degree("leaf0") == 16 + 16 and half.out_degree("leaf0") == 16 + 8
+
+
+def test_three_level_fat_tree_levels():
+    graph = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE_3, leaf_ports=8,
+                                      pod_leaves=2), 8)
+    levels = {d["level"] for _, d in graph.nodes(data=True) if d["kind"] == "switch"}
+    assert levels == {1, 2, 3}
+    route = Fabric(graph).route("n0.gpu0", "n7.gpu0")
+    assert len(route.links) == 8  # gpu nic leaf agg core agg leaf nic gpu
+
+
+def test_rail_optimized_keeps_traffic_on_the_destination_rail():
+    graph = build_cluster(with_fabric("dgx-a100", FabricKind.RAIL, leaf_ports=4), 4)
+    fabric = Fabric(graph)
+    names = {i: e for e, i in fabric.index.items()}
+    same_rail = [names[i] for i in fabric.route("n0.gpu3", "n1.gpu3").links]
+    assert same_rail == [("n0.gpu3", "n0.nic3"), ("n0.nic3", "rail3.leaf0"),
+                         ("rail3.leaf0", "n1.nic3"), ("n1.nic3", "n1.gpu3")]
+    cross = [names[i] for i in fabric.route("n0.gpu2", "n1.gpu5").links]
+    assert cross[:2] == [("n0.gpu2", "n0.nvsw"), ("n0.nvsw", "n0.gpu5")]  # NVLink first (PXN)
+    assert ("n0.nic5", "rail5.leaf0") in cross
+
+
+def test_dragonfly_links_spread_over_groups():
+    links = dragonfly_links(5, 4, 2)
+    per_group = [sum(1 for a, b in links for g in (a[0], b[0]) if g == x) for x in range(5)]
+    assert per_group == [8] * 5
+    graph = build_cluster(CLUSTERS["polaris"], 200)
+    groups = {n.split(".")[0] for n, d in graph.nodes(data=True) if d["kind"] == "switch"}
+    assert len(groups) == 4  # 200 servers / 8 per router / 8 routers per group
+    far = Fabric(graph).route("n0.gpu0", "n199.gpu0")
+    assert far.transport is Transport.NET and len(far.links) <= 9
+
+
 def test_routes():
     fabric = Fabric(build_cluster(CLUSTERS["dgx-a100"], 9))
     intra = fabric.route("n0.gpu0", "n0.gpu5")
-    assert len(intra.links) == 2  # GPU -> NVSwitch -> GPU
+    assert len(intra.links) == 2 and intra.transport is Transport.NVLINK
     assert intra.latency == pytest.approx(1e-6)
     same_leaf = fabric.route("n0.gpu3", "n1.gpu3")  # leaves hold 4 servers x 8 NICs
-    assert len(same_leaf.links) == 4
+    assert len(same_leaf.links) == 4 and same_leaf.transport is Transport.NET
     far = fabric.route("n0.gpu3", "n8.gpu4")
     assert len(far.links) == 6  # gpu, nic, leaf, spine, leaf, nic, gpu
-    names = {i: e for e, i in fabric.index.items()}
-    assert names[far.links[0]] == ("n0.gpu3", "n0.nic3")
-    assert names[far.links[-1]] == ("n8.nic4", "n8.gpu4")
     again = Fabric(build_cluster(CLUSTERS["dgx-a100"], 9)).route("n0.gpu3", "n8.gpu4")
     assert again == far, "ECMP choice is deterministic across processes and builds"
-
-
-def test_mesh_route_is_direct():
-    fabric = Fabric(build_cluster(CLUSTERS["polaris"], 2))
-    assert len(fabric.route("n0.gpu1", "n0.gpu2").links) == 1
+    assert len(Fabric(build_cluster(CLUSTERS["polaris"], 2)).route("n0.gpu1", "n0.gpu2")
+               .links) == 1
 
 
 def test_zero_bandwidth_edge_is_rejected():
     graph = build_cluster(dataclasses.replace(CLUSTERS["dgx-a100"], nic_bandwidth=0.0), 2)
     with pytest.raises(FabricError, match="bandwidth"):
         Fabric(graph)
+
+
+YAML_FABRIC = """
+nodes:
+  - {name: a0, kind: gpu, node: 0, local: 0, nic: nic0}
+  - {name: a1, kind: gpu, node: 0, local: 1, nic: nic0}
+  - {name: b0, kind: gpu, node: 1, local: 0, nic: nic1}
+  - {name: nic0, kind: nic, node: 0, local: 0}
+  - {name: nic1, kind: nic, node: 1, local: 0}
+  - {name: sw, kind: switch}
+links:
+  - {a: a0, b: a1, bandwidth: "100 GB/s", latency: "0.5 us", link: nvlink}
+  - {a: a0, b: nic0, bandwidth: "32 GB/s", link: pcie}
+  - {a: a1, b: nic0, bandwidth: "32 GB/s", link: pcie}
+  - {a: b0, b: nic1, bandwidth: "32 GB/s", link: pcie}
+  - {a: nic0, b: sw, bandwidth: "200 Gb/s", latency: "1 us", efficiency: 0.9}
+  - {a: nic1, b: sw, bandwidth: "200 Gb/s", latency: "1 us"}
+"""
+
+
+def test_yaml_fabric_file(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(YAML_FABRIC)
+    graph = load_graph(path)
+    assert graph.graph["gpus"] == ["a0", "a1", "b0"] and graph.graph["servers"] == 2
+    assert graph["nic0"]["sw"]["bandwidth"] == 25e9 and graph["sw"]["nic0"]["efficiency"] == 0.9
+    route = Fabric(graph).route("a1", "b0")
+    assert route.transport is Transport.NET and len(route.links) == 4
+
+
+def test_graphml_fabric_file(tmp_path):
+    graph = build_cluster(CLUSTERS["polaris"], 2)
+    path = tmp_path / "polaris.graphml"
+    undirected = graph.to_undirected()
+    undirected.graph.clear()  # GraphML keeps node and edge attributes, not lists
+    nx.write_graphml(undirected, path)
+    loaded = load_graph(path)
+    assert loaded.graph["gpus"] == graph.graph["gpus"]
+    assert loaded.number_of_edges() == graph.number_of_edges()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("200 Gb/s", "0 Gb/s"), r"links\[4\].bandwidth: '0 Gb/s' must be positive"),
+    (("200 Gb/s", "200 GB"), r"links\[4\].bandwidth: '200 GB' is not a bandwidth"),
+    (("kind: switch", "kind: router"), "node sw: kind 'router' is not one of"),
+    (("{a: nic1, b: sw", "{a: nic1, b: sx"), r"links\[5\].b: 'sx' is not a declared node"),
+    (("link: nvlink", "link: wifi"), r"links\[0\].link: 'wifi' is not one of"),
+])
+def test_bad_fabric_files(tmp_path, edit, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(YAML_FABRIC.replace(*edit, 1))
+    with pytest.raises(GraphFileError, match=message):
+        load_graph(path)

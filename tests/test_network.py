@@ -7,17 +7,20 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.collectives import Lowered, isolated_time, point_to_point
+from simulator import nccl
+from simulator.collectives import Collectives, Lowered, isolated_time
 from simulator.fabric import Fabric
+from simulator.ir import Collective
+from simulator.nccl import Algorithm, Protocol, Transport
 from simulator.network import Network, max_min_rates
 
 
 def two_gpus(bandwidth: float, latency: float) -> Fabric:
     graph = nx.DiGraph()
     for g in ("a", "b"):
-        graph.add_node(g, kind="gpu", node=0, local=0, nic="")
-    graph.add_edge("a", "b", bandwidth=bandwidth, latency=latency)
-    graph.add_edge("b", "a", bandwidth=bandwidth, latency=latency)
+        graph.add_node(g, kind="gpu", node=0, local=0)
+    for u, v in (("a", "b"), ("b", "a")):
+        graph.add_edge(u, v, bandwidth=bandwidth, latency=latency, link="nvlink")
     return Fabric(graph)
 
 
@@ -26,8 +29,19 @@ def two_gpus(bandwidth: float, latency: float) -> Fabric:
 ])
 def test_one_transfer_takes_latency_plus_size_over_bandwidth(size, bandwidth, latency):
     fabric = two_gpus(bandwidth, latency)
-    t = isolated_time(fabric, point_to_point(fabric, "a", "b", size))
-    assert t == pytest.approx(latency + size / bandwidth, rel=1e-12)
+    lowered = Lowered([fabric.route("a", "b").links], [size], latency, Algorithm.DIRECT,
+                      Protocol.SIMPLE, 1)
+    assert isolated_time(fabric, lowered) == pytest.approx(latency + size / bandwidth,
+                                                           rel=1e-12)
+
+
+def test_send_recv_pays_ncclS_latency_and_the_wire():
+    fabric = two_gpus(100e9, 1e-6)
+    lowered = Collectives(fabric, None, Protocol.SIMPLE)(Collective.SEND_RECV, ["a", "b"], 1e8)
+    expected = (nccl.base_latency(Algorithm.DIRECT, Protocol.SIMPLE) + 1e-6
+                + nccl.step_latency(Algorithm.RING, Protocol.SIMPLE, Transport.NVLINK, False)
+                + 1e8 / 100e9)
+    assert isolated_time(fabric, lowered) == pytest.approx(expected, rel=1e-12)
 
 
 def run_transfers(capacity, batches):
@@ -102,7 +116,7 @@ def test_max_min_is_feasible_and_every_flow_is_bottlenecked(case):
 def test_more_bandwidth_never_slows_a_transfer(case, which, factor, sizes):
     capacity, pair_flow, pair_link, flows = case
     routes = [tuple(pair_link[pair_flow == f]) for f in range(flows)]
-    lowered = Lowered(routes, sizes[:flows], 0.0, "test", 1)
+    lowered = Lowered(routes, sizes[:flows], 0.0, Algorithm.DIRECT, Protocol.SIMPLE, 1)
 
     def time_with(cap):
         env = simpy.Environment()

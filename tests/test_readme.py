@@ -37,8 +37,6 @@ def test_calibrated_pieces_stay_close_to_measurements():
     import runpy
 
     accuracy = runpy.run_path(str(ROOT / "scripts" / "accuracy.py"))
-    errors = {case.name: error for case, _, error in accuracy["table"]()}
-    assert abs(errors["all-reduce busbw, multi-node DGX A100 (ring)"]) < 10
-    for name, error in errors.items():
-        if "GEMM" in name or "Attention" in name or "HBM" in name:
-            assert abs(error) < 5, name
+    for case, _, error in accuracy["table"]():
+        if case.basis == "fit":  # a parameter was set from this row: it must reproduce it
+            assert abs(error) < 5, case.name

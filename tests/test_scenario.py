@@ -97,3 +97,59 @@ def test_file_errors(tmp_path):
     bad.write_text("cluster: [unclosed\n")
     with pytest.raises(ScenarioError, match="not valid YAML at line"):
         load(bad)
+
+
+@pytest.mark.parametrize("kind", ["fat_tree", "fat_tree_3", "rail_optimized", "dragonfly"])
+def test_every_fabric_type_runs_end_to_end(small, kind):
+    from simulator import run
+
+    small["cluster"]["fabric"] = {"type": kind, "leaf_ports": 8}
+    summary = run(small).summary
+    assert summary["gpus"] == 16 and summary["iteration_time_s"] > 0
+
+
+def test_fabric_keys(small):
+    small["cluster"]["oversubscription"] = 2.0
+    small["cluster"]["fabric"] = {"type": "fat_tree_3", "pod_leaves": 4}
+    fabric = from_dict(small).cluster.fabric
+    assert (fabric.kind.value, fabric.oversubscription, fabric.pod_leaves) == (
+        "fat_tree_3", 2.0, 4)
+    small["cluster"]["fabric"]["oversubscription"] = 3.0
+    with pytest.raises(ScenarioError, match="^cluster.oversubscription: give it once"):
+        from_dict(small)
+
+
+@pytest.mark.parametrize(("cluster", "network", "message"), [
+    ({"fabric": {"type": "torus"}}, {}, "cluster.fabric.type: 'torus' is not one of"),
+    ({"fabric": {"type": "file"}}, {}, "cluster.fabric.path: missing"),
+    ({"fabric": {"type": "file", "path": "nope.yaml"}}, {}, "cluster.fabric.path: nope.yaml: "
+                                                            "no such fabric file"),
+    ({"fabric": {"leaf_port": 8}}, {}, "cluster.fabric.leaf_port: unknown key"),
+    ({"nic_efficiency": 1.5}, {}, r"cluster.nic_efficiency: 1.5 must be a number in \[0.01, 1\]"),
+    ({}, {"algorithm": "nvls"}, "network.algorithm: 'nvls' needs an NVSwitch with NVLink SHARP"),
+    ({"preset": "dgx-h100"}, {"algorithm": "nvls", "protocol": "ll"},
+     "network.protocol: 'll' cannot run with network.algorithm nvls"),
+    ({}, {"algorithm": "butterfly"}, "network.algorithm: 'butterfly' is not one of: auto, ring"),
+])
+def test_bad_fabric_and_network(small, cluster, network, message):
+    small["cluster"].update(cluster)
+    small["network"] = network
+    with pytest.raises(ScenarioError, match=f"^{message}"):
+        from_dict(small)
+
+
+def test_fabric_file_scenario():
+    from tests.conftest import ROOT
+
+    s = load(ROOT / "scripts" / "scenarios" / "custom-fabric-file.yaml")
+    assert s.gpus == 8 and s.machine.nodes == 2
+    with pytest.raises(ScenarioError, match="^cluster.nodes: 3 disagrees with the fabric"):
+        load(ROOT / "scripts" / "scenarios" / "custom-fabric-file.yaml", ["cluster.nodes=3"])
+
+
+def test_forced_algorithm_and_protocol_reach_the_collectives(small):
+    from simulator import run
+
+    small["network"] = {"algorithm": "ring", "protocol": "simple"}
+    comms = run(small).comms
+    assert set(comms["algorithm"]) == {"ring"} and set(comms["protocol"]) == {"simple"}

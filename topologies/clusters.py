@@ -1,20 +1,29 @@
 """Cluster presets: the figures a fabric builder needs for a named system.
 
-Sources (see also ``docs/reference.md``): DGX A100 has 8 A100 GPUs on NVSwitch
+Sources (see ``docs/reference.md``): DGX A100 has 8 A100 GPUs on NVSwitch
 (NVLink3, 300 GB/s per GPU per direction) and 8 compute HCAs at HDR 200 Gb/s;
-DGX H100 has 8 H100 on NVSwitch (NVLink4, 450 GB/s) and 8 NDR 400 Gb/s HCAs;
-an ALCF Polaris node has 4 A100-40GB with NVLink between every pair (12 links of
-25 GB/s per GPU, so 100 GB/s to each peer) and 2 Slingshot-11 NICs of 200 Gb/s,
-GPUs 0-1 next to NIC 0 and GPUs 2-3 next to NIC 1.
+DGX H100 / H200 have 8 GPUs on NVSwitch (NVLink4, 450 GB/s, with NVLink SHARP)
+and 8 NDR 400 Gb/s HCAs; an ALCF Polaris node has 4 A100-40GB with NVLink
+between every pair (12 links of 25 GB/s per GPU, so 100 GB/s to each peer) and
+2 Slingshot-11 NICs of 200 Gb/s, GPUs 0-1 next to NIC 0 and 2-3 next to NIC 1,
+on a dragonfly.
 
-The inter-node fabric is a two-level leaf/spine fat tree for every preset
-(Polaris's dragonfly is approximated by it; see the README's limits).
+Efficiencies: the share of a link's line rate that NCCL's copy kernels reach.
+- NVLink on A100: NCCL's own model caps A100 bus bandwidth at 235 GB/s
+  (``tuning.cc``), 0.783 of 300.
+- NVLink on H100: "protocol overhead ~20% gives ~370 GB/s effective" of 450
+  (NCCL maintainer, nccl-tests issue #212): 0.822.
+- NVLS on H100: the same maintainer expects ~275 GB/s algorithm bandwidth;
+  NVLS moves S*(n+1)/n bytes per GPU each way, 309 GB/s, i.e. 0.836 of the
+  effective NVLink rate.
+- InfiniBand: 192 GB/s all-reduce bus bandwidth from 8 x 25 GB/s HDR NICs
+  (NCCL maintainer, NCCL issue #812): 0.96.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
@@ -24,6 +33,31 @@ class IntraNode(Enum):
 
     NVSWITCH = "nvswitch"  # every GPU has one NVLink port group to a non-blocking switch
     MESH = "mesh"  # direct NVLink between every pair; per-GPU bandwidth split evenly
+
+
+class FabricKind(Enum):
+    """The inter-node network."""
+
+    FAT_TREE = "fat_tree"  # two levels: leaves and spines
+    FAT_TREE_3 = "fat_tree_3"  # three levels: leaves, pod aggregation, core
+    RAIL = "rail_optimized"  # NIC k of every server on rail k's leaves
+    DRAGONFLY = "dragonfly"  # groups of all-to-all routers joined by global links
+    FILE = "file"  # the whole graph read from GraphML or a YAML edge list
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """Parameters of the inter-node network; each kind reads the fields it needs."""
+
+    kind: FabricKind = FabricKind.FAT_TREE
+    leaf_ports: int = 32  # fat trees, rails: NIC ports per leaf switch
+    oversubscription: float = 1.0  # fat trees, rails: leaf down : up bandwidth
+    pod_leaves: int = 8  # fat_tree_3: leaves per pod
+    core_oversubscription: float = 1.0  # fat_tree_3: aggregation down : up bandwidth
+    router_nodes: int = 8  # dragonfly: servers per router
+    group_routers: int = 8  # dragonfly: routers per group (all-to-all local links)
+    global_links: int = 8  # dragonfly: global links per router
+    path: str = ""  # file: GraphML (.graphml) or YAML edge list (.yaml/.yml)
 
 
 @dataclass(frozen=True)
@@ -37,14 +71,21 @@ class ClusterSpec:
     nvlink_bandwidth: float  # bytes/s per GPU per direction
     nics_per_node: int
     nic_bandwidth: float  # bytes/s per NIC per direction
-    link_latency: float = 1e-6  # seconds per inter-node fabric link (NIC-leaf, leaf-spine)
+    link_latency: float = 1e-6  # seconds per inter-node fabric link
     nvlink_latency: float = 0.5e-6  # seconds per NVLink hop
     pcie_bandwidth: float = 32e9  # GPU <-> NIC, bytes/s per direction (PCIe Gen4 x16)
     pcie_latency: float = 0.5e-6
-    oversubscription: float = 1.0  # leaf downlink : uplink bandwidth
-    leaf_ports: int = 32  # NIC ports per leaf switch
+    nvlink_efficiency: float = 0.783
+    nic_efficiency: float = 0.96
+    nvls: bool = False  # NVSwitch with NVLink SHARP (in-switch reductions)
+    nvls_efficiency: float = 0.836
+    fabric: FabricSpec = field(default_factory=FabricSpec)
     description: str = ""
 
+
+_NVLINK4 = dict(nvlink_bandwidth=450e9, nvlink_efficiency=0.822, nvls=True, nics_per_node=8,
+                nic_bandwidth=50e9, pcie_bandwidth=64e9, intra_node=IntraNode.NVSWITCH,
+                gpus_per_node=8)
 
 CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
     {
@@ -59,15 +100,14 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             description="NVIDIA DGX A100: 8x A100-80GB, NVSwitch, 8x HDR 200 Gb/s",
         ),
         "dgx-h100": ClusterSpec(
-            name="dgx-h100",
-            gpu="h100-sxm-80gb",
-            gpus_per_node=8,
-            intra_node=IntraNode.NVSWITCH,
-            nvlink_bandwidth=450e9,
-            nics_per_node=8,
-            nic_bandwidth=50e9,
-            pcie_bandwidth=64e9,  # PCIe Gen5 x16
-            description="NVIDIA DGX H100: 8x H100-80GB, NVSwitch, 8x NDR 400 Gb/s",
+            name="dgx-h100", gpu="h100-sxm-80gb",
+            description="NVIDIA DGX H100: 8x H100-80GB, NVSwitch (NVLS), 8x NDR 400 Gb/s",
+            **_NVLINK4,
+        ),
+        "dgx-h200": ClusterSpec(
+            name="dgx-h200", gpu="h200-sxm-141gb",
+            description="NVIDIA DGX H200: 8x H200-141GB, NVSwitch (NVLS), 8x NDR 400 Gb/s",
+            **_NVLINK4,
         ),
         "polaris": ClusterSpec(
             name="polaris",
@@ -78,7 +118,10 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             nics_per_node=2,
             nic_bandwidth=25e9,
             link_latency=1.5e-6,
-            description="ALCF Polaris: 4x A100-40GB, NVLink mesh, 2x Slingshot-11 200 Gb/s",
+            fabric=FabricSpec(kind=FabricKind.DRAGONFLY, router_nodes=8, group_routers=8,
+                              global_links=8),
+            description="ALCF Polaris: 4x A100-40GB, NVLink mesh, 2x Slingshot-11 "
+                        "200 Gb/s, dragonfly",
         ),
     }
 )
