@@ -165,3 +165,13 @@ def test_bad_fabric_files(tmp_path, edit, message):
     path.write_text(YAML_FABRIC.replace(*edit, 1))
     with pytest.raises(GraphFileError, match=message):
         load_graph(path)
+
+
+def test_builders_take_keyword_parameters():
+    graph = build_cluster("dgx-a100", 8, fabric="fat_tree_3", leaf_ports=16, pod_leaves=2,
+                          oversubscription=2.0, nic_bandwidth=50e9)
+    assert graph["n0.nic0"]["leaf0"]["bandwidth"] == 50e9
+    assert {d["level"] for _, d in graph.nodes(data=True) if d["kind"] == "switch"} == {1, 2, 3}
+    assert graph.out_degree("leaf0") == 16 + 8  # 16 NICs down, 8 aggregation switches up
+    with pytest.raises(TypeError):
+        build_cluster("dgx-a100", 2, colour="blue")

@@ -15,9 +15,12 @@ so rank ``r`` of a job runs on ``graph.graph["gpus"][r]``.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import networkx as nx
 
-from topologies.clusters import ClusterSpec, FabricKind, IntraNode
+from topologies.clusters import CLUSTERS, ClusterSpec, FabricKind, FabricSpec, IntraNode
 from topologies.networks import BUILDERS, Wire, link
 
 
@@ -56,8 +59,33 @@ def add_server(graph: nx.DiGraph, node: int, spec: ClusterSpec) -> None:
         link(graph, name, graph.nodes[name]["nic"], pcie, "pcie")
 
 
-def build_cluster(spec: ClusterSpec, nodes: int) -> nx.DiGraph:
-    """The fabric of ``nodes`` servers of ``spec`` joined by ``spec.fabric``."""
+_FABRIC_FIELDS = {f.name for f in dataclasses.fields(FabricSpec)} - {"kind"}
+
+
+def with_overrides(spec: ClusterSpec | str, **overrides: Any) -> ClusterSpec:
+    """``spec`` (or the preset of that name) with cluster or fabric fields replaced;
+    ``fabric`` may be a kind name such as ``"rail_optimized"``.
+
+    >>> with_overrides("dgx-a100", nics_per_node=4, fabric="dragonfly").fabric.kind.value
+    'dragonfly'
+    """
+    base = CLUSTERS[spec] if isinstance(spec, str) else spec
+    fabric_values = {k: overrides.pop(k) for k in list(overrides) if k in _FABRIC_FIELDS}
+    fabric = base.fabric
+    if "fabric" in overrides:
+        kind = FabricKind(overrides.pop("fabric"))
+        fabric = fabric if kind is fabric.kind else FabricSpec(kind=kind)
+    fabric = dataclasses.replace(fabric, **fabric_values)
+    return dataclasses.replace(base, fabric=fabric, **overrides)
+
+
+def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.DiGraph:
+    """The fabric of ``nodes`` servers of ``spec`` (a ClusterSpec or a preset name)
+    joined by its inter-node network; keyword arguments override any cluster or
+    fabric field, e.g. ``build_cluster("dgx-a100", 64, fabric="fat_tree_3",
+    oversubscription=2.0, nic_bandwidth=50e9)``."""
+    if isinstance(spec, str) or overrides:
+        spec = with_overrides(spec, **overrides)
     if spec.fabric.kind is FabricKind.FILE:
         raise ValueError("a file fabric is read with topologies.graph_file.load_graph")
     graph = nx.DiGraph(name=f"{spec.name}x{nodes}", gpus_per_node=spec.gpus_per_node)
