@@ -59,3 +59,44 @@ def test_tied_logits_own_no_parameters():
     llama = {k.name: k for k in head_kernels(MODELS["llama2-7b"], 1, 2048, 2)}
     assert gpt["logits"].params == 0
     assert llama["logits"].params == 32000 * 4096
+
+
+def test_megatron_table1_models_have_their_parameter_counts():
+    from workloads.models import padded_vocab
+
+    published = {"megatron-1.7b": 1.7, "megatron-3.6b": 3.6, "megatron-7.5b": 7.5,
+                 "megatron-18.4b": 18.4, "megatron-39.1b": 39.1, "megatron-76.1b": 76.1,
+                 "megatron-145.6b": 145.6, "megatron-310.1b": 310.1, "megatron-529.6b": 529.6,
+                 "megatron-1t": 1008.0}
+    for name, billions in published.items():
+        m = MODELS[name]
+        # the paper's count: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))
+        p = 12 * m.layers * m.hidden**2 * (1 + 13 / (12 * m.hidden) + (51200 + 2048) / (
+            12 * m.layers * m.hidden))
+        assert p / 1e9 == pytest.approx(billions, rel=0.03)  # the paper rounds its labels
+        assert parameter_count(m, 2048) == pytest.approx(p, rel=1e-3)
+    assert padded_vocab(51200, 8) == 51200
+
+
+def test_hf_config(tmp_path):
+    import json
+
+    from workloads.hf_config import HfConfigError, model_from_hf
+
+    llama = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+             "vocab_size": 128256, "hidden_act": "silu", "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama))
+    m = model_from_hf(path)
+    assert (m.layers, m.kv_heads, m.ffn_hidden, m.mlp.value) == (32, 8, 14336, "swiglu")
+    assert parameter_count(m, 2048) == parameter_count(MODELS["llama3-8b"], 2048)
+    gpt2 = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+            "vocab_size": 50257, "activation_function": "gelu_new"}
+    path.write_text(json.dumps(gpt2))
+    m = model_from_hf(path)
+    assert (m.ffn_hidden, m.mlp.value, m.tied_embeddings, m.learned_positions) == (
+        3072, "gelu", True, True)
+    path.write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(HfConfigError, match="needs a positive integer num_hidden_layers"):
+        model_from_hf(path)

@@ -45,3 +45,12 @@ def test_buckets_conserve_bytes_and_order(sizes, cap):
     assert all(b.bytes >= cap for b in buckets[:-1])
     ready = [b.ready_after for b in buckets]
     assert ready == sorted(ready)
+
+
+@pytest.mark.parametrize(("zero", "per_param"), [
+    (0, lambda d: 16), (1, lambda d: 4 + 12 / d), (2, lambda d: 2 + 14 / d),
+    (3, lambda d: 16 / d)])
+@pytest.mark.parametrize("d", [1, 2, 8, 64])
+def test_zero_model_state_memory(zero, per_param, d):
+    psi = 7.5e9
+    assert sum(model_state_bytes(psi, zero, d).values()) == pytest.approx(per_param(d) * psi)

@@ -2,7 +2,11 @@
 
 Model states for mixed-precision Adam (Rajbhandari et al., ZeRO, SC20):
 2 bytes/param of half-precision weights, 2 of gradients and 12 of optimizer
-states (fp32 master weights, momentum, variance): 16 bytes/param in all.
+states (fp32 master weights, momentum, variance): 16 bytes/param in all. With
+data-parallel degree d, ZeRO stage 1 shards the optimizer states (4 + 12/d),
+stage 2 also the gradients (2 + 14/d), stage 3 also the parameters (16/d).
+PyTorch FSDP's full_shard is stage 3, shard_grad_op stage 2, and hybrid_shard
+stage 3 within the shard group.
 
 Activations per transformer layer (Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models", 2022, Sec. 4), in bytes, for
@@ -33,12 +37,17 @@ class Recompute(Enum):
     FULL = "full"
 
 
-def model_state_bytes(params: float) -> dict[str, float]:
-    """Bytes of parameters, gradients and optimizer states held by one DP rank."""
+def model_state_bytes(params: float, zero: int = 0, shards: int = 1) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer states one rank holds.
+
+    >>> model_state_bytes(1e9, zero=2, shards=4)
+    {'parameters': 2000000000.0, 'gradients': 500000000.0, 'optimizer_states': 3000000000.0}
+    """
+    d = max(1, shards)
     return {
-        "parameters": PARAM_BYTES * params,
-        "gradients": GRAD_BYTES * params,
-        "optimizer_states": OPTIMIZER_BYTES * params,
+        "parameters": PARAM_BYTES * params / (d if zero >= 3 else 1),
+        "gradients": GRAD_BYTES * params / (d if zero >= 2 else 1),
+        "optimizer_states": OPTIMIZER_BYTES * params / (d if zero >= 1 else 1),
     }
 
 
