@@ -20,7 +20,9 @@ buffer for all-to-all.
 - nvls: all-reduce inside one NVSwitch with NVLink SHARP: each GPU sends its
   buffer to the switch, which reduces and multicasts, S(n+1)/n bytes each way
   per GPU (before the switch's efficiency).
-- direct: all-to-all (every pair exchanges S/n) and send/recv (one flow).
+- direct: all-to-all (every pair exchanges S/n), send/recv (one flow), and
+  ring exchange (every member sends S to its ring successor: one step of ring
+  attention's K/V rotation, as batched send/recv).
 """
 
 from __future__ import annotations
@@ -211,6 +213,9 @@ def direct(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -
     """All-to-all (each pair exchanges S/n) or send/recv (``gpus`` = [src, dst])."""
     if kind is Collective.SEND_RECV:
         hops, payload = [(gpus[0], gpus[1])], size
+    elif kind is Collective.RING_EXCHANGE:
+        hops = [(gpus[i], gpus[(i + 1) % len(gpus)]) for i in range(len(gpus))]
+        payload = size
     elif kind is Collective.ALL_TO_ALL:
         hops = [(a, b) for a in gpus for b in gpus if a != b]
         payload = size / len(gpus)

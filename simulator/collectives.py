@@ -62,6 +62,7 @@ CANDIDATES = {
     Collective.REDUCE: (Algorithm.RING,),
     Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
     Collective.SEND_RECV: (Algorithm.DIRECT,),
+    Collective.RING_EXCHANGE: (Algorithm.DIRECT,),
 }
 DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
 

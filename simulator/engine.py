@@ -54,10 +54,19 @@ class _Call:
 
 
 @dataclass
+class _Message:
+    """One point-to-point message, from the sender's send to the receiver's receive."""
+
+    done: simpy.Event
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass
 class EngineResult:
     spans: list[Span]
     collectives: list[tuple]
-    memory_events: list[list[tuple[float, float]]]  # per rank: (time, bytes delta)
+    memory_events: list[list[tuple[float, float, str]]]  # per rank: (time, delta, category)
     events: int
     network_recomputes: int
 
@@ -76,12 +85,13 @@ class Engine:
         self.done: list[list[float | None]] = [[None] * len(ops) for ops in program.ops]
         self._waiters: dict[tuple[int, int], list[simpy.Event]] = {}
         self._calls: dict[tuple[str, int, int], _Call] = {}
+        self._messages: dict[tuple[str, int, int], _Message] = {}
         self._seq: list[dict[str, int]] = [{} for _ in program.ops]
         self._group_of = {dim: {r: g for g, ranks in enumerate(groups) for r in ranks}
                           for dim, groups in program.groups.items()}
         self.spans: list[Span] = []
         self.collectives: list[tuple] = []
-        self.memory_events: list[list[tuple[float, float]]] = [[] for _ in program.ops]
+        self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
 
     def run(self) -> EngineResult:
         for rank, ops in enumerate(self.program.ops):
@@ -115,8 +125,11 @@ class Engine:
             if op.kind is OpKind.COMPUTE:
                 pos, end = self._plan_compute(rank, indices, pos, durations)
                 yield env.timeout(end - env.now)
-            else:
+            elif op.kind is OpKind.COLLECTIVE:
                 yield from self._collective(rank, indices[pos], op)
+                pos += 1
+            else:
+                yield from self._p2p(rank, indices[pos], op)
                 pos += 1
 
     def _plan_compute(self, rank: int, indices: list[int], pos: int,
@@ -146,9 +159,8 @@ class Engine:
     def _finish(self, rank: int, op_index: int, end: float) -> None:
         """Record when an op ends (possibly in the future) and wake its waiters."""
         self.done[rank][op_index] = end
-        delta = self.program.ops[rank][op_index].mem_delta
-        if delta:
-            self.memory_events[rank].append((end, delta))
+        for delta, category in self.program.ops[rank][op_index].mem:
+            self.memory_events[rank].append((end, delta, category))
         for event in self._waiters.pop((rank, op_index), ()):
             event.succeed()
 
@@ -196,12 +208,55 @@ class Engine:
                                  min(call.arrivals.values()), call.start, call.end))
         call.done.succeed()
 
+    def _p2p(self, rank: int, op_index: int, op: Op):
+        """Eager point-to-point: a send starts its transfer at once; a receive waits
+        for it (``wait`` until the transfer starts, ``comm`` while it flows)."""
+        pair_index = self._group_of[op.group][rank]
+        pair = self.program.groups[op.group][pair_index]
+        role = "send" if op.kind is OpKind.SEND else "recv"
+        seq = self._seq[rank].get(f"{op.group}:{role}", 0)
+        self._seq[rank][f"{op.group}:{role}"] = seq + 1
+        key = (op.group, pair_index, seq)
+        message = self._messages.get(key)
+        if message is None:
+            message = self._messages[key] = _Message(self.env.event())
+        arrival = self.env.now
+        if op.kind is OpKind.SEND:
+            self.env.process(self._transfer(message, pair, op, key))
+        yield message.done
+        start = max(arrival, message.start)
+        if op.kind is OpKind.RECV and start > arrival:
+            self.spans.append((rank, op.stream, "wait", op.name, arrival, start,
+                               op.phase.value, op.microbatch, op.layer, 0.0))
+        if message.end > start:
+            self.spans.append((rank, op.stream, "comm", op.name, start, message.end,
+                               op.phase.value, op.microbatch, op.layer, op.bytes))
+        self._finish(rank, op_index, max(message.end, arrival))
+        if op.kind is OpKind.RECV:
+            del self._messages[key]
+
+    def _transfer(self, message: _Message, pair: tuple[int, ...], op: Op,
+                  key: tuple[str, int, int]):
+        message.start = self.env.now
+        gpus = [self.placement[pair[0]], self.placement[pair[1]]]
+        lowered = self._lower(Collective.SEND_RECV, gpus, op.bytes)
+        yield from execute(self.network, lowered)
+        message.end = self.env.now
+        self.collectives.append((*key, "send_recv", op.name, 2, op.bytes,
+                                 lowered.algorithm.value, lowered.protocol.value,
+                                 lowered.channels, message.start, message.start, message.end))
+        message.done.succeed()
+
     def _check_finished(self) -> None:
         for key, call in self._calls.items():
             missing = [r for r in call.members if r not in call.arrivals]
             raise SimulationError(
                 f"deadlock: {key[0]} collective #{key[2]} ({call.op.name}) of group {key[1]} "
                 f"waits for ranks {missing[:8]} that never call it")
+        for key, message in self._messages.items():
+            if message.start is None:
+                raise SimulationError(f"deadlock: {key[0]} message #{key[2]} of pair {key[1]} "
+                                      "is received but never sent")
         for rank, done in enumerate(self.done):
             if any(t is None for t in done):
                 raise SimulationError(f"rank {rank} did not finish its program")

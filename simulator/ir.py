@@ -7,6 +7,8 @@ like a CUDA stream, and ``deps`` adds cross-stream dependencies (indices into
 the same rank's tuple). Collectives name the parallel dimension whose group
 they run in; the engine matches the n-th collective of a group across its
 members, as NCCL requires every member to call collectives in the same order.
+Point-to-point ops name a dimension whose groups are (sender, receiver)
+pairs; the n-th send of a pair matches the receiver's n-th receive.
 
 This module has no SimPy in it, so ``workloads`` may import it.
 """
@@ -23,6 +25,8 @@ COMPUTE_STREAM = "compute"
 class OpKind(Enum):
     COMPUTE = "compute"
     COLLECTIVE = "collective"
+    SEND = "send"  # eager: the transfer starts when the sender reaches it
+    RECV = "recv"  # completes when the matching send's transfer has arrived
 
 
 class KernelClass(Enum):
@@ -43,6 +47,7 @@ class Collective(Enum):
     REDUCE = "reduce"
     ALL_TO_ALL = "all_to_all"
     SEND_RECV = "send_recv"
+    RING_EXCHANGE = "ring_exchange"  # every member sends to its ring successor (ring attention)
 
 
 class Phase(Enum):
@@ -68,7 +73,7 @@ class Op:
     group: str = ""  # parallel dimension of the collective's group, e.g. "dp"
     microbatch: int = -1
     layer: int = -1
-    mem_delta: float = 0.0  # bytes allocated (+) or freed (-) when the op ends
+    mem: tuple[tuple[float, str], ...] = ()  # (bytes allocated + / freed -, category) at end
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class Program:
     ``ops[r]`` is rank r's program; ranks with the same program share one tuple.
     ``groups[dim]`` lists the rank groups of parallel dimension ``dim``.
     ``static_memory[r]`` maps a category (parameters, gradients, ...) to bytes
-    held for the whole iteration.
+    held for the whole iteration; ``stage[r]`` is rank r's pipeline stage.
     """
 
     ops: tuple[tuple[Op, ...], ...]
@@ -86,6 +91,7 @@ class Program:
     static_memory: tuple[Mapping[str, float], ...]
     model_flops: float  # model FLOPs of one iteration, whole job, no recompute
     tokens: int  # tokens of one iteration (global batch x sequence length)
+    stage: tuple[int, ...] = ()
     notes: Mapping[str, object] = field(default_factory=dict)
 
     @property

@@ -19,7 +19,7 @@ from simulator.fabric import Fabric
 from simulator.ir import Program
 from simulator.scenario import Scenario
 from simulator.summary import summarize
-from workloads.data_parallel import build_data_parallel
+from workloads.program import build_program
 
 
 @dataclass
@@ -72,7 +72,7 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     wall = time.perf_counter()
     graph = scenario.machine.build_graph()
     fabric = Fabric(graph)
-    program = build_data_parallel(scenario.model, scenario.training, scenario.parallel)
+    program = build_program(scenario.model, scenario.training, scenario.parallel)
     placement = graph.graph["gpus"][: program.ranks]
     durations = _durations(program, compute_model(scenario), scenario.seed,
                            scenario.compute_jitter)

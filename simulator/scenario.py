@@ -25,8 +25,13 @@ from simulator.nccl import Algorithm, Protocol
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.clusters import FabricKind, FabricSpec
 from topologies.graph_file import GraphFileError, load_graph
+from workloads.hf_config import HfConfigError, model_from_hf
+from workloads.layout import parse_order
+from workloads.memory import Recompute
 from workloads.models import MODELS, Mlp, ModelSpec
-from workloads.training import DTYPE_BYTES, DataParallelSpec, TrainingSpec
+from workloads.program import LayoutError, check
+from workloads.schedules import Schedule, ScheduleError
+from workloads.training import DTYPE_BYTES, FsdpSpec, ParallelSpec, Sharding, TrainingSpec
 
 
 class ScenarioError(ValueError):
@@ -113,6 +118,27 @@ FABRIC_SCHEMA = {
 def _subsection(schema: dict) -> Callable[[str, object], dict[str, Any]]:
     return lambda path, value: _section(path, value, schema)
 
+
+def _layer_list(path: str, value: object) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise _fail(path, value, "must be a list of positive integers, one per pipeline stage")
+    return tuple(value)
+
+
+def _order(path: str, value: object) -> str:
+    try:
+        return "-".join(parse_order(str(value)))
+    except ValueError as error:
+        raise ScenarioError(f"{path}: {error}") from None
+
+
+FSDP_SCHEMA = {
+    "sharding": (_choice(s.value for s in Sharding), "full_shard"),
+    "prefetch": (_boolean, True),
+    "reshard_after_forward": (_boolean, True),
+}
+
 SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     "cluster": {
         "preset": (_choice(CLUSTERS), _REQUIRED),
@@ -136,6 +162,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     },
     "model": {
         "preset": (_choice(MODELS), None),
+        "hf_config": (_text, None),
         "layers": (_integer(1), None),
         "hidden": (_integer(1), None),
         "heads": (_integer(1), None),
@@ -150,6 +177,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
         "global_batch": (_integer(1), _REQUIRED),
         "micro_batch": (_integer(1), 1),
         "precision": (_choice(DTYPE_BYTES), "bf16"),
+        "recompute": (_choice(r.value for r in Recompute), "none"),
+        "flash_attention": (_boolean, True),
     },
     "network": {
         "algorithm": (_choice(["auto"] + [a.value for a in Algorithm
@@ -159,6 +188,16 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     },
     "parallelism": {
         "dp": (_integer(1), None),
+        "tp": (_integer(1), 1),
+        "cp": (_integer(1), 1),
+        "pp": (_integer(1), 1),
+        "sequence_parallel": (_boolean, False),
+        "schedule": (_choice(s.value for s in Schedule), "1f1b"),
+        "virtual_stages": (_integer(1), 1),
+        "stage_layers": (_layer_list, None),
+        "zero": (_choice([0, 1, 2, 3]), 0),
+        "fsdp": (_subsection(FSDP_SCHEMA), None),
+        "order": (_order, "tp-cp-dp-pp"),
         "bucket_size": (_quantity(units.Dimension.SIZE, positive=True), 25e6),
         "overlap_grad_reduce": (_boolean, True),
     },
@@ -175,7 +214,7 @@ class Scenario:
     machine: Machine
     model: ModelSpec
     training: TrainingSpec
-    parallel: DataParallelSpec
+    parallel: ParallelSpec
     algorithm: Algorithm | None  # None: chosen per call, like NCCL's tuner
     protocol: Protocol | None
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
@@ -280,9 +319,21 @@ def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | N
     return algorithm, protocol
 
 
-def _model(values: dict[str, Any]) -> ModelSpec:
-    inline = {k: v for k, v in values.items() if k != "preset" and v is not None}
-    if values["preset"] is not None:
+def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
+    inline = {k: v for k, v in values.items() if k not in ("preset", "hf_config")
+              and v is not None}
+    if values["preset"] is not None and values["hf_config"] is not None:
+        raise _fail("model.hf_config", values["hf_config"], "cannot be combined with "
+                                                            "model.preset; give one")
+    if values["hf_config"] is not None:
+        path = Path(values["hf_config"])
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        try:
+            base = dataclasses.asdict(model_from_hf(path))
+        except HfConfigError as error:
+            raise ScenarioError(f"model.hf_config: {error}") from None
+    elif values["preset"] is not None:
         base = dataclasses.asdict(MODELS[values["preset"]])
     else:
         missing = [k for k in ("layers", "hidden", "heads", "vocab") if k not in inline]
@@ -302,18 +353,47 @@ def _model(values: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**base)
 
 
-def _check_parallel(gpus: int, training: TrainingSpec, dp: int) -> None:
+def _parallel(p: dict[str, Any], gpus: int, ranks_per_node: int) -> ParallelSpec:
+    """The ParallelSpec of a ``parallelism:`` section on ``gpus`` GPUs."""
+    tp, cp, pp = p["tp"], p["cp"], p["pp"]
+    if p["fsdp"] is not None and p["zero"]:
+        raise _fail("parallelism.fsdp", p["fsdp"], "cannot be combined with parallelism.zero; "
+                                                   "FSDP sets its own sharding")
+    model_parallel = tp * cp * pp
+    if gpus % model_parallel:
+        raise ScenarioError(f"parallelism: tp x cp x pp = {tp} x {cp} x {pp} = {model_parallel} "
+                            f"must divide the GPU count {gpus}")
+    dp = p["dp"] if p["dp"] is not None else gpus // model_parallel
     if gpus % dp:
         raise _fail("parallelism.dp", dp, f"must divide the GPU count {gpus} "
                                           "(cluster.nodes x gpus_per_node)")
-    if dp != gpus:
-        raise _fail("parallelism.dp", dp, f"must equal the GPU count {gpus}: only data "
-                                          "parallelism is modelled so far")
-    per_step = dp * training.micro_batch
+    if model_parallel * dp != gpus:
+        raise ScenarioError(f"parallelism: tp x cp x pp x dp = {tp} x {cp} x {pp} x {dp} = "
+                            f"{model_parallel * dp} must equal the GPU count {gpus}")
+    fsdp = None
+    if p["fsdp"] is not None:
+        f = p["fsdp"]
+        fsdp = FsdpSpec(Sharding(f["sharding"]), f["prefetch"], f["reshard_after_forward"])
+    return ParallelSpec(
+        dp=dp, tp=tp, cp=cp, pp=pp, sequence_parallel=p["sequence_parallel"],
+        schedule=Schedule(p["schedule"]), virtual_stages=p["virtual_stages"],
+        stage_layers=p["stage_layers"], zero=p["zero"], fsdp=fsdp, order=p["order"],
+        bucket_bytes=p["bucket_size"], overlap_grad_reduce=p["overlap_grad_reduce"],
+        ranks_per_node=ranks_per_node)
+
+
+def _check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
+    per_step = parallel.dp * training.micro_batch
     if training.global_batch % per_step:
         raise _fail("training.global_batch", training.global_batch,
-                    f"must be divisible by dp x micro_batch = {dp} x "
+                    f"must be divisible by dp x micro_batch = {parallel.dp} x "
                     f"{training.micro_batch} = {per_step}")
+    try:
+        check(model, training, parallel)
+    except (LayoutError, ScheduleError) as error:
+        raise ScenarioError(str(error) if str(error).startswith(("model.", "training.",
+                                                                 "parallelism"))
+                            else f"parallelism.schedule: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -372,18 +452,20 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
             raise _unknown("", key, allowed)
     top = _section("", {k: v for k, v in raw.items() if k in TOP_LEVEL}, TOP_LEVEL)
     machine = machine_from(raw.get("cluster"), base_dir)
-    training = TrainingSpec(**_section("training", raw.get("training"), SCHEMA["training"]))
+    t = _section("training", raw.get("training"), SCHEMA["training"])
+    t["recompute"] = Recompute(t["recompute"])
+    training = TrainingSpec(**t)
     if training.precision not in machine.gpu.peak_flops:
         raise _fail("training.precision", training.precision,
                     f"is not supported by {machine.gpu.name}")
-    model = _model(_section("model", raw.get("model"), SCHEMA["model"]))
+    model = _model(_section("model", raw.get("model"), SCHEMA["model"]), base_dir)
     algorithm, protocol, step_model = network_from(raw.get("network"), machine)
     p = _section("parallelism", raw.get("parallelism"), SCHEMA["parallelism"])
-    dp = p["dp"] if p["dp"] is not None else machine.gpus
-    _check_parallel(machine.gpus, training, dp)
+    parallel = _parallel(p, machine.gpus, machine.gpus // max(1, machine.nodes))
+    _check_layout(model, training, parallel)
     return Scenario(
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
-        parallel=DataParallelSpec(dp, p["bucket_size"], p["overlap_grad_reduce"]),
+        parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw)
 
 

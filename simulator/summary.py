@@ -22,19 +22,33 @@ from simulator.timeline import breakdown, rank_intervals
 GIB = 2.0**30
 
 
-def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float]]):
-    """(peak bytes, bytes by category at the peak) for one rank.
+def memory_timeline(static: Mapping[str, float], events: Sequence[tuple[float, float, str]]):
+    """(times, total bytes after each event) for one rank, starting at time 0.
 
-    ``events`` are (time, delta) of dynamic (activation) memory; at equal
-    times frees are applied before allocations.
+    At equal times frees are applied before allocations.
     """
-    dynamic = 0.0
-    if events:
-        deltas = np.array([d for _, d in sorted(events)])
-        dynamic = max(0.0, float(np.cumsum(deltas).max()))
+    ordered = sorted(events, key=lambda e: (e[0], e[1]))
+    base = sum(static.values())
+    times = np.array([0.0] + [t for t, _, _ in ordered])
+    totals = base + np.concatenate([[0.0], np.cumsum([d for _, d, _ in ordered])])
+    return times, totals
+
+
+def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float, str]]):
+    """(peak bytes, bytes by category at the peak) for one rank."""
+    ordered = sorted(events, key=lambda e: (e[0], e[1]))
     categories = dict(static)
-    categories["activations"] = dynamic
-    return sum(categories.values()), categories
+    current: dict[str, float] = {}
+    best, best_at = sum(static.values()), dict(current)
+    for _, delta, category in ordered:
+        current[category] = current.get(category, 0.0) + delta
+        total = sum(static.values()) + sum(current.values())
+        if total > best:
+            best, best_at = total, dict(current)
+    categories.setdefault("activations", 0.0)
+    for category, value in best_at.items():
+        categories[category] = categories.get(category, 0.0) + max(0.0, value)
+    return best, categories
 
 
 def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dict[str, float]:

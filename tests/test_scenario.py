@@ -44,7 +44,8 @@ BAD = [
     (("training", "precision"), "fp32", "training.precision: 'fp32' is not one of: bf16, fp16"),
     (("training", "seq_len"), 1.5, "training.seq_len: 1.5 must be an integer"),
     (("parallelism", "dp"), 6, "parallelism.dp: 6 must divide the GPU count 16"),
-    (("parallelism", "dp"), 8, "parallelism.dp: 8 must equal the GPU count 16"),
+    (("parallelism", "dp"), 8,
+     "parallelism: tp x cp x pp x dp = 1 x 1 x 1 x 8 = 8 must equal the GPU count 16"),
     (("parallelism", "bucket_size"), "0 MB", "parallelism.bucket_size: '0 MB' must be a positive"),
     (("network", "step_model"), "async", "network.step_model: 'async' is not one of: pipelined, "),
     (("parallelism", "overlap_grad_reduce"), "yes please", "parallelism.overlap_grad_reduce: "

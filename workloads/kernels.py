@@ -13,6 +13,12 @@ Backward kernels execute twice the forward FLOPs (input and weight gradients);
 fused (flash) attention's backward executes 2.5x, as it recomputes the scores.
 Element-wise kernels (norms, activations, residual adds, softmax/loss) are
 timed by bytes moved and contribute no model FLOPs.
+
+A ``Shard`` says how one rank's share is cut (Megatron-LM): tensor parallelism
+t splits the QKV/fc1 output columns and proj/fc2 input rows and the heads;
+sequence parallelism also splits the norms, dropouts and residuals along the
+sequence; context parallelism c splits the sequence for every token-wise op,
+while each rank's queries still attend to the whole sequence.
 """
 
 from __future__ import annotations
@@ -24,6 +30,28 @@ from workloads.models import Mlp, ModelSpec
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T
 LOSS_BYTES = 4  # logits are upcast to fp32 for softmax / cross-entropy
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One rank's cut of a layer: micro-batch, sequence, precision and degrees."""
+
+    micro_batch: int
+    seq: int
+    dtype_bytes: int = 2
+    tp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch this rank's GEMMs see."""
+        return self.micro_batch * self.seq // self.cp
+
+    @property
+    def norm_split(self) -> int:
+        """Split of norm/dropout/residual tensors (tp with sequence parallelism)."""
+        return self.tp if self.sequence_parallel else 1
 
 
 @dataclass(frozen=True)
@@ -51,45 +79,70 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
                   dtype_bytes * (elements_in + elements_out), None, params)
 
 
-def layer_kernels(model: ModelSpec, micro_batch: int, seq: int, dtype_bytes: int) -> list[Kernel]:
-    """Forward kernels of one transformer layer, in execution order."""
-    t, h, f = micro_batch * seq, model.hidden, model.ffn_hidden
+
+def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
+                  dtype_bytes: int = 2) -> list[Kernel]:
+    """Forward kernels of one transformer layer on one rank, in execution order.
+
+    Call with a ``Shard``, or with (micro_batch, seq, dtype_bytes) for one GPU.
+    """
+    sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    t, h, f, e, tp = sh.tokens, model.hidden, model.ffn_hidden, sh.dtype_bytes, sh.tp
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
     norm_params = 2 * h if model.bias else h
     up = 2 * f if model.mlp is Mlp.SWIGLU else f
-    attention_bytes = dtype_bytes * t * (2 * h + 2 * model.kv_heads * model.head_dim)
+    kv = 2 * model.kv_heads * model.head_dim
+    norm = t * h / sh.norm_split
+    attention_flops = 4.0 * t * sh.seq * h / tp
+    attention_bytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
     return [
-        elementwise("ln1", t * h, t * h, dtype_bytes, norm_params),
-        gemm("qkv", t, qkv_out, h, dtype_bytes, model.bias),
-        Kernel("attention", KernelClass.ATTENTION, 4.0 * micro_batch * seq * seq * h,
-               attention_bytes),
-        gemm("proj", t, h, h, dtype_bytes, model.bias),
-        elementwise("residual1", 2 * t * h, t * h, dtype_bytes),
-        elementwise("ln2", t * h, t * h, dtype_bytes, norm_params),
-        gemm("fc1", t, up, h, dtype_bytes, model.bias),
-        elementwise("act", t * up, t * f, dtype_bytes),
-        gemm("fc2", t, h, f, dtype_bytes, model.bias),
-        elementwise("residual2", 2 * t * h, t * h, dtype_bytes),
+        elementwise("ln1", norm, norm, e, norm_params),
+        gemm("qkv", t, qkv_out // tp, h, e, model.bias),
+        Kernel("attention", KernelClass.ATTENTION, attention_flops, attention_bytes),
+        gemm("proj", t, h, h // tp, e, model.bias),
+        elementwise("residual1", 2 * norm, norm, e),
+        elementwise("ln2", norm, norm, e, norm_params),
+        gemm("fc1", t, up // tp, h, e, model.bias),
+        elementwise("act", t * up / tp, t * f / tp, e),
+        gemm("fc2", t, h, f // tp, e, model.bias),
+        elementwise("residual2", 2 * norm, norm, e),
     ]
 
 
-def embedding_kernels(model: ModelSpec, micro_batch: int, seq: int,
-                      dtype_bytes: int) -> list[Kernel]:
-    """Token (and learned position) embedding lookup; owns the embedding tables."""
-    t, h = micro_batch * seq, model.hidden
-    params = model.vocab * h + (seq * h if model.learned_positions else 0)
-    return [elementwise("embedding", 2 * t * h, t * h, dtype_bytes, params)]
+def embedding_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
+                      dtype_bytes: int = 2, vocab: int | None = None) -> list[Kernel]:
+    """Token (and learned position) embedding lookup; owns the embedding tables.
+
+    With tensor parallelism each rank looks up its vocabulary shard and the
+    partial results are summed (an all-reduce, or reduce-scatter with sequence
+    parallelism, added by the program builder).
+    """
+    sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    t, h = sh.tokens, model.hidden
+    v = vocab or model.vocab
+    params = v * h // sh.tp + (sh.seq * h if model.learned_positions else 0)
+    return [elementwise("embedding", 2 * t * h, t * h, sh.dtype_bytes, params)]
 
 
-def head_kernels(model: ModelSpec, micro_batch: int, seq: int, dtype_bytes: int) -> list[Kernel]:
-    """Final norm, logits projection and softmax cross-entropy."""
-    t, h, v = micro_batch * seq, model.hidden, model.vocab
+def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
+                 dtype_bytes: int = 2, vocab: int | None = None,
+                 owns_logits: bool | None = None) -> list[Kernel]:
+    """Final norm, logits projection (vocabulary-parallel) and cross-entropy.
+
+    ``owns_logits``: whether the logits weight is counted here (untied, or tied
+    with the embedding on another pipeline stage, which keeps its own copy).
+    """
+    sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    t, h = sh.tokens, model.hidden
+    v = (vocab or model.vocab) // sh.tp
     norm_params = 2 * h if model.bias else h
-    logits = gemm("logits", t, v, h, dtype_bytes, bias=False)
-    if model.tied_embeddings:  # the weight is the embedding table, counted there
+    logits = gemm("logits", t, v, h, sh.dtype_bytes, bias=False)
+    owns = (not model.tied_embeddings) if owns_logits is None else owns_logits
+    if not owns:
         logits = Kernel(logits.name, logits.cls, logits.flops, logits.bytes, logits.shape, 0)
+    norm = t * h / sh.norm_split
     return [
-        elementwise("final_ln", t * h, t * h, dtype_bytes, norm_params),
+        elementwise("final_ln", norm, norm, sh.dtype_bytes, norm_params),
         logits,
         Kernel("loss", KernelClass.ELEMENTWISE, 0.0, LOSS_BYTES * 3 * t * v),
     ]
@@ -107,6 +160,14 @@ def model_flops(model: ModelSpec, batch: int, seq: int) -> float:
     kernels = (layer_kernels(model, batch, seq, 2) * model.layers
                + head_kernels(model, batch, seq, 2))
     return 3.0 * sum(k.flops for k in kernels)
+
+
+def megatron_hardware_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """Narayanan et al. (SC21) Eq. 3: FLOPs per iteration counted with the extra
+    forward pass of full activation recomputation, 96 B s l h^2 (1 + s/6h + V/16lh);
+    the paper's TFLOP/s figures count this way."""
+    b, s, layers, h, v = batch, seq, model.layers, model.hidden, model.vocab
+    return 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * h * layers))
 
 
 def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:

@@ -63,13 +63,20 @@ class Layout:
             value = value * self.sizes[d] + coords[d]
         return value
 
-    def groups(self, dim: str) -> tuple[tuple[int, ...], ...]:
-        """Every group of ``dim``, ordered by the smallest rank in it."""
-        others = [d for d in DIMENSIONS if d != dim]
+    def groups(self, dim: str | tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+        """Every group of ``dim`` (or of several dimensions together, e.g. Megatron's
+        data-parallel-with-context group ``("cp", "dp")``), ordered by smallest rank."""
+        dims = (dim,) if isinstance(dim, str) else dim
+        others = [d for d in DIMENSIONS if d not in dims]
+        inner = [d for d in self.order if d in dims]
         found = []
         for values in product(*(range(self.sizes[d]) for d in others)):
             base = dict(zip(others, values, strict=True))
-            found.append(tuple(self.rank({**base, dim: i}) for i in range(self.sizes[dim])))
+            members = []
+            for inside in product(*(range(self.sizes[d]) for d in reversed(inner))):
+                members.append(self.rank({**base, **dict(zip(reversed(inner), inside,
+                                                             strict=True))}))
+            found.append(tuple(sorted(members)))
         return tuple(sorted(found))
 
     def stage_ranks(self, stage: int) -> list[int]:
