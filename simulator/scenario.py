@@ -77,10 +77,10 @@ def _text(path: str, value: object) -> str:
 def _choice(options: Iterable[str]) -> Callable[[str, object], str]:
     names = list(options)
 
-    def parse(path: str, value: object) -> str:
-        if value not in names:
-            raise _fail(path, value, f"is not one of: {', '.join(names)}")
-        return str(value)
+    def parse(path: str, value: object) -> Any:
+        if isinstance(value, bool) or value not in names:
+            raise _fail(path, value, f"is not one of: {', '.join(map(str, names))}")
+        return value
     return parse
 
 

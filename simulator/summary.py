@@ -51,9 +51,17 @@ def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float
     return best, categories
 
 
+PIPELINE_STREAM = "pp"
+
+
 def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dict[str, float]:
+    """The time categories of ``rank``. A pipeline receive waiting for its
+    neighbour stage is the pipeline bubble, so waits on the ``pp`` stream are left
+    out of communication waiting and count as bubble."""
     rows = spans[spans["rank"] == rank]
-    kind, start, end = rows["kind"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy()
+    kind = rows["kind"].to_numpy().copy()
+    kind[(kind == "wait") & (rows["stream"].to_numpy() == PIPELINE_STREAM)] = "pipeline_wait"
+    start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
     return breakdown(rank_intervals(kind, start, end, "compute"),
                      rank_intervals(kind, start, end, "comm"),
                      rank_intervals(kind, start, end, "wait"), iteration_time)

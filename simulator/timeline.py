@@ -4,7 +4,8 @@ One definition, used by every output (see docs/design.md):
 
 - compute busy C = union of compute spans; communication busy M = union of
   ``comm`` spans; waiting W = union of ``wait`` spans (in a collective, peers
-  not yet there).
+  not yet there). A pipeline receive waiting for its neighbour stage is not
+  in W: that wait is the pipeline bubble (``summary.rank_breakdown``).
 - overlapped communication = |C ∩ M|; exposed communication = |M| - |C ∩ M|.
 - communication waiting = |W \\ (C ∪ M)|: waiting that nothing else hides.
 - bubble = time before the rank's last compute op ends when the rank neither
