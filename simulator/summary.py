@@ -77,6 +77,7 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
     peaks = [peak_memory(program.static_memory[r], memory_events[r]) for r in range(gpus)]
     peak_rank = int(np.argmax([p for p, _ in peaks]))
     peak_bytes, categories = peaks[peak_rank]
+    stages = program.stage or (0,) * gpus
     model_flops_per_gpu = program.model_flops / iteration / gpus
     summary: dict[str, object] = {
         "iteration_time_s": iteration,
@@ -91,7 +92,19 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "peak_memory_gib": peak_bytes / GIB,
         "peak_memory_rank": peak_rank,
         "memory_gib": {k: v / GIB for k, v in categories.items()},
+        "peak_memory_gib_by_stage": _by_stage(stages, [p for p, _ in peaks]),
+        "activation_gib_by_stage": _by_stage(stages, [c["activations"] for _, c in peaks]),
         "gpu_memory_gib": gpu_memory / GIB,
         "oom": peak_bytes > gpu_memory,
+        "oom_rank": peak_rank if peak_bytes > gpu_memory else None,
+        "oom_excess_gib": max(0.0, peak_bytes - gpu_memory) / GIB,
     })
     return summary
+
+
+def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
+    """Max over the ranks of each pipeline stage, in GiB."""
+    out: dict[int, float] = {}
+    for stage, value in zip(stages, values, strict=True):
+        out[stage] = max(out.get(stage, 0.0), value)
+    return [out[s] / GIB for s in sorted(out)]
