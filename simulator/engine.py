@@ -12,6 +12,13 @@ costs one SimPy event, not one per kernel; a process on another stream that
 depends on a kernel inside the run resumes at that kernel's planned end. The
 trace is the same as with one event per kernel, with far fewer events.
 
+Rank folding: given ``simulated`` ranks (one representative of ranks that run
+identical programs), only those run; a collective starts when its simulated
+members have arrived and still puts its whole group's flows on the fabric, so
+the representatives see the same collective times as in the full run when the
+groups they stand for use disjoint links (the symmetric layouts Megatron
+uses); a test compares folded and full runs.
+
 The engine knows nothing of topologies or workloads: it gets a Program, the
 GPU of each rank, compute durations, a Fabric and a collective lowering (a
 function (collective, GPUs, bytes) -> Lowered, such as ``Collectives``).
@@ -49,6 +56,7 @@ class _Call:
     members: tuple[int, ...]
     done: simpy.Event
     arrivals: dict[int, float] = field(default_factory=dict)
+    expected: int = 0  # members that will arrive: the simulated ones
     start: float = 0.0
     end: float = 0.0
 
@@ -74,9 +82,12 @@ class EngineResult:
 class Engine:
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
-                 lowering: Callable[..., Lowered], batch_compute: bool = True) -> None:
+                 lowering: Callable[..., Lowered], batch_compute: bool = True,
+                 simulated: Sequence[int] | None = None) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
+        self.simulated = list(range(program.ranks)) if simulated is None else list(simulated)
+        self._simulated = set(self.simulated)
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -94,7 +105,8 @@ class Engine:
         self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
 
     def run(self) -> EngineResult:
-        for rank, ops in enumerate(self.program.ops):
+        for rank in self.simulated:
+            ops = self.program.ops[rank]
             streams: dict[str, list[int]] = {}
             for i, op in enumerate(ops):
                 streams.setdefault(op.stream, []).append(i)
@@ -183,14 +195,15 @@ class Engine:
         call = self._calls.get(key)
         if call is None:
             members = self.program.groups[op.group][group_index]
-            call = self._calls[key] = _Call(op, members, self.env.event())
+            call = self._calls[key] = _Call(op, members, self.env.event(), expected=sum(
+                1 for r in members if r in self._simulated))
         elif (call.op.collective, call.op.bytes) != (op.collective, op.bytes):
             raise SimulationError(
                 f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
                 f"collective #{seq}, but its group called {call.op.collective.value} of "
                 f"{call.op.bytes:.0f} B")
         call.arrivals[rank] = self.env.now
-        if len(call.arrivals) == len(call.members):
+        if len(call.arrivals) == call.expected:
             del self._calls[key]
             self.env.process(self._execute(call, key))
         return call
@@ -249,7 +262,7 @@ class Engine:
 
     def _check_finished(self) -> None:
         for key, call in self._calls.items():
-            missing = [r for r in call.members if r not in call.arrivals]
+            missing = [r for r in call.members if r not in call.arrivals and r in self._simulated]
             raise SimulationError(
                 f"deadlock: {key[0]} collective #{key[2]} ({call.op.name}) of group {key[1]} "
                 f"waits for ranks {missing[:8]} that never call it")
@@ -257,6 +270,6 @@ class Engine:
             if message.start is None:
                 raise SimulationError(f"deadlock: {key[0]} message #{key[2]} of pair {key[1]} "
                                       "is received but never sent")
-        for rank, done in enumerate(self.done):
-            if any(t is None for t in done):
+        for rank in self.simulated:
+            if any(t is None for t in self.done[rank]):
                 raise SimulationError(f"rank {rank} did not finish its program")

@@ -78,8 +78,9 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
                            scenario.compute_jitter)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
+    simulated = program.representatives if scenario.fold_ranks else None
     result = Engine(program, placement, durations, fabric, lowering,
-                    batch_compute=batch_compute).run()
+                    batch_compute=batch_compute, simulated=simulated).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
     spans.insert(1, "node", [nodes[r] for r in spans["rank"]])
@@ -88,7 +89,8 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))
     gpu = scenario.gpu
     summary = summarize(spans, program, result.memory_events,
-                        gpu.peak(scenario.training.precision), gpu.memory_bytes)
+                        gpu.peak(scenario.training.precision), gpu.memory_bytes, simulated)
+    summary["simulated_ranks"] = len(simulated) if simulated is not None else program.ranks
     summary.update({k: v for k, v in program.notes.items()})
     summary["events"] = result.events
     summary["network_recomputes"] = result.network_recomputes

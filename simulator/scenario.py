@@ -203,6 +203,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     },
 }
 TOP_LEVEL = {"name": (_text, "scenario"), "seed": (_integer(0), 0)}
+SCHEMA["simulation"] = {"fold_ranks": (_boolean, False)}
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ class Scenario:
     protocol: Protocol | None
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
+    fold_ranks: bool = False  # simulate one rank per pipeline stage (identical ranks)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -463,10 +465,15 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     p = _section("parallelism", raw.get("parallelism"), SCHEMA["parallelism"])
     parallel = _parallel(p, machine.gpus, machine.gpus // max(1, machine.nodes))
     _check_layout(model, training, parallel)
+    fold = _section("simulation", raw.get("simulation"), SCHEMA["simulation"])["fold_ranks"]
+    if fold and machine.compute_jitter > 0:
+        raise _fail("simulation.fold_ranks", True, "needs cluster.compute_jitter 0: folding "
+                                                   "assumes the folded ranks are identical")
     return Scenario(
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
-        algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw)
+        algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
+        fold_ranks=fold)
 
 
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:

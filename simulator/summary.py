@@ -68,16 +68,22 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dic
 
 
 def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: float,
-              gpu_memory: float) -> dict[str, object]:
-    """Summary of one simulated iteration (without ``events``/``wall_s``, added by run)."""
+              gpu_memory: float, simulated: Sequence[int] | None = None) -> dict[str, object]:
+    """Summary of one simulated iteration (without ``events``/``wall_s``, added by run).
+
+    ``simulated``: the ranks that ran (all, or the representatives when folded).
+    """
     iteration = float(spans["end"].max())
     rank_end = spans.groupby("rank")["end"].max()
     critical = int(rank_end.idxmax())
     gpus = program.ranks
-    peaks = [peak_memory(program.static_memory[r], memory_events[r]) for r in range(gpus)]
-    peak_rank = int(np.argmax([p for p, _ in peaks]))
-    peak_bytes, categories = peaks[peak_rank]
-    stages = program.stage or (0,) * gpus
+    ranks = list(range(gpus)) if simulated is None else list(simulated)
+    peaks_of = {r: peak_memory(program.static_memory[r], memory_events[r]) for r in ranks}
+    peak_rank = max(ranks, key=lambda r: (peaks_of[r][0], -r))
+    peak_bytes, categories = peaks_of[peak_rank]
+    peaks = [peaks_of[r] for r in ranks]
+    all_stages = program.stage or (0,) * gpus
+    stages = [all_stages[r] for r in ranks]
     model_flops_per_gpu = program.model_flops / iteration / gpus
     summary: dict[str, object] = {
         "iteration_time_s": iteration,

@@ -202,3 +202,30 @@ def test_any_valid_large_combination_builds():
 def test_pipeline_and_tensor_parallel_runs_are_deterministic():
     a, b = run(tiny(tp=2, pp=2, dp=4)), run(tiny(tp=2, pp=2, dp=4))
     assert a.spans.to_csv() == b.spans.to_csv()
+
+
+@pytest.mark.parametrize("parallelism", [dict(tp=2, pp=2, dp=4), dict(pp=4, dp=4, zero=1),
+                                         dict(tp=4, dp=4, sequence_parallel=True)])
+def test_folded_ranks_give_the_same_timeline(parallelism):
+    full = run(tiny(**parallelism))
+    folded_scenario = tiny(**parallelism)
+    folded_scenario["simulation"] = {"fold_ranks": True}
+    folded = run(folded_scenario)
+    assert folded.summary["simulated_ranks"] == parallelism.get("pp", 1)
+    assert folded.summary["iteration_time_s"] == pytest.approx(
+        full.summary["iteration_time_s"], rel=1e-9)
+    keep = full.spans["rank"].isin(folded.spans["rank"].unique())
+    a = full.spans[keep].reset_index(drop=True)
+    b = folded.spans.reset_index(drop=True)
+    assert len(a) == len(b)
+    assert a["end"].to_numpy() == pytest.approx(b["end"].to_numpy(), rel=1e-9)
+    for key in ("peak_memory_gib", "mfu", "compute_s", "exposed_comm_s"):
+        assert folded.summary[key] == pytest.approx(full.summary[key], rel=1e-9)
+
+
+def test_folding_refuses_jitter():
+    scenario = tiny(tp=2, dp=8)
+    scenario["cluster"]["compute_jitter"] = 0.1
+    scenario["simulation"] = {"fold_ranks": True}
+    with pytest.raises(ScenarioError, match="^simulation.fold_ranks: True needs cluster"):
+        from_dict(scenario)

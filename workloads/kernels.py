@@ -42,6 +42,7 @@ class Shard:
     tp: int = 1
     cp: int = 1
     sequence_parallel: bool = False
+    flash: bool = True  # fused attention; else two batched GEMMs around a softmax
 
     @property
     def tokens(self) -> int:
@@ -91,14 +92,11 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
     norm_params = 2 * h if model.bias else h
     up = 2 * f if model.mlp is Mlp.SWIGLU else f
-    kv = 2 * model.kv_heads * model.head_dim
     norm = t * h / sh.norm_split
-    attention_flops = 4.0 * t * sh.seq * h / tp
-    attention_bytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
     return [
         elementwise("ln1", norm, norm, e, norm_params),
         gemm("qkv", t, qkv_out // tp, h, e, model.bias),
-        Kernel("attention", KernelClass.ATTENTION, attention_flops, attention_bytes),
+        *attention_kernels(model, sh),
         gemm("proj", t, h, h // tp, e, model.bias),
         elementwise("residual1", 2 * norm, norm, e),
         elementwise("ln2", norm, norm, e, norm_params),
@@ -107,6 +105,29 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
         gemm("fc2", t, h, f // tp, e, model.bias),
         elementwise("residual2", 2 * norm, norm, e),
     ]
+
+
+def attention_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
+    """The attention core: one fused kernel (FlashAttention), or, unfused as in
+    Megatron-LM 2021, a batched QK^T GEMM, a softmax (with dropout) over the
+    s x s scores, and a batched GEMM with V. Both count 4 b s^2 h FLOPs."""
+    t, h, e, tp = sh.tokens, model.hidden, sh.dtype_bytes, sh.tp
+    kv = 2 * model.kv_heads * model.head_dim
+    flops = 4.0 * t * sh.seq * h / tp
+    if sh.flash:
+        nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
+        return [Kernel("attention", KernelClass.ATTENTION, flops, nbytes)]
+    heads, d = model.heads // tp, model.head_dim
+    batch = sh.micro_batch * heads  # one GEMM per (sequence, head)
+    queries = t // sh.micro_batch
+    scores = batch * queries * sh.seq
+    per = (queries, sh.seq, d)
+    qk = Kernel("attn_scores", KernelClass.GEMM, flops / 2,
+                e * batch * (queries * d + sh.seq * d + queries * sh.seq), per)
+    softmax = elementwise("softmax", scores, 2 * scores, e)  # scores in; probs and mask out
+    av = Kernel("attn_values", KernelClass.GEMM, flops / 2,
+                e * batch * (queries * sh.seq + sh.seq * d + queries * d), (queries, d, sh.seq))
+    return [qk, softmax, av]
 
 
 def embedding_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,

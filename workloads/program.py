@@ -178,16 +178,18 @@ def _tp_comm(forward: bool, before_block: bool, sp: bool) -> Collective | None:
     return Collective.REDUCE_SCATTER if forward else Collective.ALL_GATHER
 
 
+UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
+
+
 def _kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tuple[float, float]:
-    """(FLOPs, bytes) a kernel executes; unfused attention is slower and recomputes."""
+    """(FLOPs, bytes) a kernel executes. Selective recompute re-runs the unfused
+    attention core's forward inside its backward (Korthikanti et al. 2022)."""
     if not backward:
         return kernel.flops, kernel.bytes
-    flops = K.backward_flops(kernel)
-    if kernel.cls is KernelClass.ATTENTION and not training.flash_attention:
-        flops = 2.0 * kernel.flops
-        if training.recompute is Recompute.SELECTIVE:
-            flops += kernel.flops
-    return flops, 2.0 * kernel.bytes
+    flops, nbytes = K.backward_flops(kernel), 2.0 * kernel.bytes
+    if kernel.name in UNFUSED_ATTENTION and training.recompute is Recompute.SELECTIVE:
+        flops, nbytes = flops + kernel.flops, nbytes + kernel.bytes
+    return flops, nbytes
 
 
 def _attention(b: _Stage, kernel: K.Kernel, forward: bool, phase: Phase, mb: int,
@@ -210,9 +212,16 @@ def _attention(b: _Stage, kernel: K.Kernel, forward: bool, phase: Phase, mb: int
 
 
 def _layer_sequence(kernels: list[K.Kernel]) -> list[K.Kernel | bool]:
-    """Forward order; a bool marks Megatron's f (True: before a block) or g (False)."""
-    ln1, qkv, attn, proj, res1, ln2, fc1, act, fc2, res2 = kernels
-    return [ln1, True, qkv, attn, proj, False, res1, ln2, True, fc1, act, fc2, False, res2]
+    """Forward order; a bool marks Megatron's f (True: before a block) or g (False):
+    f before QKV and fc1, g after proj and fc2."""
+    out: list[K.Kernel | bool] = []
+    for kernel in kernels:
+        if kernel.name in ("qkv", "fc1"):
+            out.append(True)
+        out.append(kernel)
+        if kernel.name in ("proj", "fc2"):
+            out.append(False)
+    return out
 
 
 def _layer_pass(b: _Stage, layer: int, mb: int, forward: bool, gather: int | None = None,
@@ -484,6 +493,9 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
                               f"model.layers ({model.layers})")
     if v > 1 and pp < 2:
         raise LayoutError("parallelism.virtual_stages > 1 needs parallelism.pp >= 2")
+    if cp > 1 and not training.flash_attention:
+        raise LayoutError("parallelism.cp > 1 needs training.flash_attention: ring attention "
+                          "runs fused attention chunk by chunk")
     steps_for(parallel.schedule, pp, parallel.micro_batches(training), v, 0)
     virtual_stage_layers(model.layers, pp, v, parallel.stage_layers)
     if parallel.fsdp and parallel.fsdp.sharding is Sharding.HYBRID_SHARD and \
@@ -524,7 +536,7 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
     check(model, training, parallel)
     vocab = padded_vocab(model.vocab, parallel.tp)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
-                    parallel.cp, parallel.sequence_parallel)
+                    parallel.cp, parallel.sequence_parallel, training.flash_attention)
     ctx = _Context(model, training, parallel, shard, vocab,
                    virtual_stage_layers(model.layers, parallel.pp, parallel.virtual_stages,
                                         parallel.stage_layers),
@@ -544,6 +556,8 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
         model_flops=K.model_flops(model, training.global_batch, training.seq_len),
         tokens=training.global_batch * training.seq_len,
         stage=tuple(stage_of),
+        representatives=tuple(layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": s})
+                              for s in range(parallel.pp)),
         notes={"micro_batches": ctx.micro_batches,
                "parameters": K.parameter_count(model, training.seq_len),
                "buckets": sum(1 for op in stage_ops[0] if op.name.startswith(
