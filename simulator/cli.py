@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     exports.write_chrome_trace(result.spans, result.placement, out / "trace.json")
     (out / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario.source), sort_keys=False))
     result.gantt(str(out / f"gantt.{args.format}"))
+    result.memory_plot(str(out / f"memory.{args.format}"))
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:

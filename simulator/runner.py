@@ -18,7 +18,7 @@ from simulator.engine import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
 from simulator.fabric import Fabric
 from simulator.ir import Program
 from simulator.scenario import Scenario
-from simulator.summary import summarize
+from simulator.summary import memory_timeline, summarize
 from workloads.program import build_program
 
 
@@ -32,6 +32,7 @@ class RunResult:
     comms: pd.DataFrame
     placement: list[str]
     node_of_rank: list[int]
+    memory: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # rank -> (times, bytes)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def gantt(self, path: str, **options: Any) -> None:
@@ -39,6 +40,14 @@ class RunResult:
         from simulator.gantt import plot_gantt
 
         plot_gantt(self.spans, path, title=self.scenario.name, **options)
+
+    def memory_plot(self, path: str) -> None:
+        """Write memory over time, one line per pipeline stage, to ``path``."""
+        from simulator.memory_plot import plot_memory
+
+        stages = self.extra.get("stage", {})
+        lines = {f"stage {stages.get(r, 0)} (rank {r})": v for r, v in self.memory.items()}
+        plot_memory(lines, path, self.scenario.gpu.memory_bytes, self.scenario.name)
 
 
 def compute_model(scenario: Scenario) -> ComputeModel:
@@ -95,4 +104,10 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     summary["events"] = result.events
     summary["network_recomputes"] = result.network_recomputes
     summary["wall_s"] = time.perf_counter() - wall
-    return RunResult(scenario, summary, spans, comms, list(placement), nodes)
+    firsts: dict[int, int] = {}
+    for rank in (simulated if simulated is not None else range(program.ranks)):
+        firsts.setdefault(program.stage[rank] if program.stage else 0, rank)
+    memory = {r: memory_timeline(program.static_memory[r], result.memory_events[r])
+              for r in sorted(firsts.values())}
+    return RunResult(scenario, summary, spans, comms, list(placement), nodes, memory,
+                     {"stage": {r: s for s, r in firsts.items()}})

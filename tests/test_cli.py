@@ -68,6 +68,7 @@ def test_chrome_trace_is_valid_trace_event_json(quickstart_run):
 
 def test_gantt_and_scenario_copy(quickstart_run):
     assert (quickstart_run / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (quickstart_run / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "dgx-a100" in (quickstart_run / "scenario.yaml").read_text()
 
 
@@ -77,6 +78,7 @@ def test_other_figure_formats(tmp_path, fmt, magic):
             "--set", "model.preset=gpt3-125m"]
     assert main(args) == 0
     assert (tmp_path / f"gantt.{fmt}").read_bytes()[:len(magic)] == magic
+    assert (tmp_path / f"memory.{fmt}").read_bytes()[:len(magic)] == magic
 
 
 def test_json_flag_and_overrides(tmp_path, capsys):
