@@ -81,7 +81,8 @@ def _human(summary: dict, out: Path) -> str:
         f"bubble {format_time(summary['bubble_s'])}",
         f"peak memory      {summary['peak_memory_gib']:.2f} GiB of "
         f"{summary['gpu_memory_gib']:.0f} GiB"
-        + (" (OOM)" if summary["oom"] else "")
+        + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
+           if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
         f"simulated        {summary['events']:,} events in {summary['wall_s']:.2f} s wall",
         f"outputs          {out}/",

@@ -138,6 +138,7 @@ def test_zero_model_states_per_rank(zero, expected):
     states = sum(summary["memory_gib"][k] for k in ("parameters", "gradients",
                                                     "optimizer_states"))
     assert states * GIB == pytest.approx(expected * summary["parameters"])
+    assert summary["memory_gib"]["communication_buffers"] == pytest.approx(64 / 1024)
 
 
 def test_fsdp_prefetch_overlaps_parameter_gathers():

@@ -66,3 +66,18 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
 def head_activation_bytes(seq: int, micro_batch: int, vocab: int, dtype_bytes: int) -> float:
     """Logits kept for the backward: half precision plus the fp32 copy of the loss."""
     return seq * micro_batch * vocab * (dtype_bytes + 4)
+
+
+NCCL_BUFFER_BYTES = 4 * 2**20  # NCCL_BUFFSIZE default, per channel and peer connection
+NCCL_CHANNELS = 8
+
+
+def communication_buffer_bytes(communicators: int, channels: int = NCCL_CHANNELS) -> float:
+    """NCCL's staging buffers: each communicator a rank belongs to connects to a
+    previous and a next peer on every channel, with NCCL_BUFFSIZE (4 MiB) each.
+    An estimate (NCCL sizes them per protocol and transport).
+
+    >>> communication_buffer_bytes(2) / 2**20
+    128.0
+    """
+    return communicators * channels * 2 * NCCL_BUFFER_BYTES

@@ -46,6 +46,7 @@ from workloads.memory import (
     PARAM_BYTES,
     Recompute,
     activation_bytes_per_layer,
+    communication_buffer_bytes,
     model_state_bytes,
 )
 from workloads.models import ModelSpec, padded_vocab
@@ -546,7 +547,10 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]
     stage_ops = [tuple(b.ops) for b in stages]
     zero = parallel.zero_stage
-    memory = [model_state_bytes(_stage_params(ctx, s), zero, ctx.shards)
+    communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
+                                        parallel.pp) if size > 1)
+    memory = [{**model_state_bytes(_stage_params(ctx, s), zero, ctx.shards),
+               "communication_buffers": communication_buffer_bytes(communicators)}
               for s in range(parallel.pp)]
     stage_of = [layout.coords(r)["pp"] for r in range(layout.world)]
     return Program(
