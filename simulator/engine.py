@@ -19,6 +19,15 @@ the representatives see the same collective times as in the full run when the
 groups they stand for use disjoint links (the symmetric layouts Megatron
 uses); a test compares folded and full runs.
 
+Gangs: a simulated rank may also *represent* mates that run its op tuple in
+lockstep (a tensor-parallel group). At every collective or send it joins, on
+behalf of each mate, the mate's own group too, so every group's flows run on
+the network; it finishes when the last of those calls ends, and the mates'
+spans are its spans. Exact for identical ranks; tests compare with full runs.
+
+Span detail ``layer`` records one compute span per run of kernels of the same
+layer, phase and micro-batch instead of one per kernel (for very large runs).
+
 The engine knows nothing of topologies or workloads: it gets a Program, the
 GPU of each rank, compute durations, a Fabric and a collective lowering (a
 function (collective, GPUs, bytes) -> Lowered, such as ``Collectives``).
@@ -83,11 +92,19 @@ class Engine:
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
                  lowering: Callable[..., Lowered], batch_compute: bool = True,
-                 simulated: Sequence[int] | None = None) -> None:
+                 simulated: Sequence[int] | None = None,
+                 represents: dict[int, tuple[int, ...]] | None = None,
+                 layer_spans: bool = False) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.simulated = list(range(program.ranks)) if simulated is None else list(simulated)
         self._simulated = set(self.simulated)
+        self._mates = {r: tuple(m) for r, m in (represents or {}).items()}
+        for rep, mates in self._mates.items():
+            if any(program.ops[m] is not program.ops[rep] for m in mates):
+                raise SimulationError(f"rank {rep} cannot represent ranks with other programs")
+        self._arriving = self._simulated | {m for ms in self._mates.values() for m in ms}
+        self._layer_spans = layer_spans
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -148,6 +165,7 @@ class Engine:
                       durations: np.ndarray) -> tuple[int, float]:
         """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
         ops, done, t = self.program.ops[rank], self.done[rank], self.env.now
+        merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
@@ -155,12 +173,22 @@ class Engine:
                     done[d] is None or done[d] > t for d in op.deps):
                 break
             end = t + float(durations[i])
-            self.spans.append((rank, op.stream, "compute", op.name, t, end, op.phase.value,
-                               op.microbatch, op.layer, op.bytes))
+            if not self._layer_spans:
+                self.spans.append((rank, op.stream, "compute", op.name, t, end, op.phase.value,
+                                   op.microbatch, op.layer, op.bytes))
+            elif merged and merged[6:9] == [op.phase.value, op.microbatch, op.layer]:
+                merged[5], merged[9] = end, merged[9] + op.bytes
+            else:
+                if merged:
+                    self.spans.append(tuple(merged))
+                merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
+                          op.phase.value, op.microbatch, op.layer, op.bytes]
             self._finish(rank, i, end)
             t, pos = end, pos + 1
             if not self._batch:
                 break
+        if merged:
+            self.spans.append(tuple(merged))
         return pos, t
 
     def _waiter(self, rank: int, op_index: int) -> simpy.Event:
@@ -177,15 +205,17 @@ class Engine:
             event.succeed()
 
     def _collective(self, rank: int, op_index: int, op: Op):
-        call = self._join(rank, op)
+        calls = {id(c): c for c in (self._join(r, op) for r in (rank, *self._mates.get(rank, ())))}
+        own = next(iter(calls.values()))
         arrival = self.env.now
-        yield call.done
-        if call.start > arrival:
-            self.spans.append((rank, op.stream, "wait", op.name, arrival, call.start,
+        for call in calls.values():
+            yield call.done
+        if own.start > arrival:
+            self.spans.append((rank, op.stream, "wait", op.name, arrival, own.start,
                                op.phase.value, op.microbatch, op.layer, 0.0))
-        self.spans.append((rank, op.stream, "comm", op.name, call.start, call.end,
+        self.spans.append((rank, op.stream, "comm", op.name, own.start, own.end,
                            op.phase.value, op.microbatch, op.layer, op.bytes))
-        self._finish(rank, op_index, call.end)
+        self._finish(rank, op_index, max(c.end for c in calls.values()))
 
     def _join(self, rank: int, op: Op) -> _Call:
         group_index = self._group_of[op.group][rank]
@@ -196,7 +226,7 @@ class Engine:
         if call is None:
             members = self.program.groups[op.group][group_index]
             call = self._calls[key] = _Call(op, members, self.env.event(), expected=sum(
-                1 for r in members if r in self._simulated))
+                1 for r in members if r in self._arriving))
         elif (call.op.collective, call.op.bytes) != (op.collective, op.bytes):
             raise SimulationError(
                 f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
@@ -221,11 +251,9 @@ class Engine:
                                  min(call.arrivals.values()), call.start, call.end))
         call.done.succeed()
 
-    def _p2p(self, rank: int, op_index: int, op: Op):
-        """Eager point-to-point: a send starts its transfer at once; a receive waits
-        for it (``wait`` until the transfer starts, ``comm`` while it flows)."""
+    def _message(self, rank: int, op: Op) -> tuple[tuple[str, int, int], _Message]:
+        """The message ``rank``'s next send or receive on ``op.group`` is part of."""
         pair_index = self._group_of[op.group][rank]
-        pair = self.program.groups[op.group][pair_index]
         role = "send" if op.kind is OpKind.SEND else "recv"
         seq = self._seq[rank].get(f"{op.group}:{role}", 0)
         self._seq[rank][f"{op.group}:{role}"] = seq + 1
@@ -233,10 +261,19 @@ class Engine:
         message = self._messages.get(key)
         if message is None:
             message = self._messages[key] = _Message(self.env.event())
-        arrival = self.env.now
         if op.kind is OpKind.SEND:
+            pair = self.program.groups[op.group][pair_index]
             self.env.process(self._transfer(message, pair, op, key))
-        yield message.done
+        return key, message
+
+    def _p2p(self, rank: int, op_index: int, op: Op):
+        """Eager point-to-point: a send starts its transfer at once; a receive waits
+        for it (``wait`` until the transfer starts, ``comm`` while it flows)."""
+        arrival = self.env.now
+        mine = [self._message(r, op) for r in (rank, *self._mates.get(rank, ()))]
+        for _, other in mine:
+            yield other.done
+        key, message = mine[0]
         start = max(arrival, message.start)
         if op.kind is OpKind.RECV and start > arrival:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, start,
@@ -244,9 +281,10 @@ class Engine:
         if message.end > start:
             self.spans.append((rank, op.stream, "comm", op.name, start, message.end,
                                op.phase.value, op.microbatch, op.layer, op.bytes))
-        self._finish(rank, op_index, max(message.end, arrival))
+        self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
-            del self._messages[key]
+            for other_key, _ in mine:
+                del self._messages[other_key]
 
     def _transfer(self, message: _Message, pair: tuple[int, ...], op: Op,
                   key: tuple[str, int, int]):

@@ -6,11 +6,19 @@ crossing it (progressive filling, Bertsekas & Gallager, *Data Networks*,
 Sec. 6.5.2). Rates are recomputed whenever a transfer starts or a flow ends,
 so a transfer's time is exact for piecewise-constant sharing. Latency is not
 added here: callers add the per-hop or per-step latency their protocol has.
+
+Max-min fairness decomposes over transfers that share no link, so a transfer
+that starts on links no other transfer is using runs *solo*: its end is its
+isolated fluid time (cached per call shape), with no global recomputation.
+If a later transfer touches its links, it joins the shared *pool* with the
+bytes it has left at that moment (replayed from its isolated dynamics), and
+the pool is recomputed jointly as before. The result is the same as always
+recomputing everything; most intra-server collectives never leave solo.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import simpy
@@ -48,12 +56,38 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     return rates
 
 
+def _finished(remaining: np.ndarray, size: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    return remaining <= np.maximum(size * 1e-9, rate * 1e-12)
+
+
+def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
+                   size: np.ndarray, until: float = np.inf) -> tuple[float, np.ndarray]:
+    """Run flows alone on the links until they all end or ``until`` seconds pass.
+
+    Returns (elapsed seconds, bytes each flow has left).
+    """
+    remaining, elapsed = size.astype(float).copy(), 0.0
+    while (remaining > 0).any():
+        active = remaining[pair_flow] > 0
+        rates = max_min_rates(pair_flow[active], pair_link[active], capacity, len(size))
+        live = remaining > 0
+        step = float(np.min(remaining[live] / rates[live]))
+        if elapsed + step >= until:
+            remaining[live] -= rates[live] * (until - elapsed)
+            return until, np.maximum(remaining, 0.0)
+        remaining[live] -= rates[live] * step
+        elapsed += step
+        remaining[_finished(remaining, size, rates)] = 0.0
+    return elapsed, remaining
+
+
 class _Transfer:
-    __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link")
+    __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
+                 "start", "key")
 
     def __init__(self, done: simpy.Event, routes: Sequence[Sequence[int]],
-                 sizes: Sequence[float]) -> None:
-        self.done = done
+                 sizes: Sequence[float], start: float, key: Hashable | None) -> None:
+        self.done, self.start, self.key = done, start, key
         self.size = np.asarray(sizes, dtype=float)
         self.remaining = self.size.copy()
         self.rate = np.zeros(len(self.size))
@@ -61,6 +95,7 @@ class _Transfer:
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
         self.pair_link = np.fromiter((link for r in routes for link in r), dtype=np.int64,
                                      count=int(lengths.sum()))
+        self.links = np.unique(self.pair_link)
 
 
 class Network:
@@ -69,40 +104,93 @@ class Network:
     def __init__(self, env: simpy.Environment, capacity: np.ndarray) -> None:
         self.env = env
         self.capacity = capacity
-        self._transfers: list[_Transfer] = []
+        self._pool: list[_Transfer] = []
+        self._pool_links = np.zeros(len(capacity), dtype=np.int64)  # pool flows per link
+        self._owner = np.full(len(capacity), -1, dtype=np.int64)  # solo transfer per link
+        self._solos: dict[int, _Transfer] = {}
+        self._next_solo = 0
+        self._durations: dict[Hashable, float] = {}
         self._updated = 0.0
         self._generation = 0
         self.recomputes = 0
 
-    def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> simpy.Event:
-        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event fires when all end."""
+    def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
+                 key: Hashable | None = None) -> simpy.Event:
+        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event fires when all end.
+
+        ``key`` names the call's shape (same routes and sizes) so that its solo
+        duration is computed once.
+        """
         done = self.env.event()
         keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
         if not keep:
             return done.succeed()
-        self._advance()
-        self._transfers.append(_Transfer(done, [routes[i] for i in keep],
-                                         [sizes[i] for i in keep]))
-        self._reschedule()
+        if len(keep) < len(sizes):
+            routes, sizes, key = [routes[i] for i in keep], [sizes[i] for i in keep], None
+        t = _Transfer(done, routes, sizes, self.env.now, key)
+        owners = self._owner[t.links]
+        solos = np.unique(owners[owners >= 0])
+        if len(solos) == 0 and not self._pool_links[t.links].any():
+            self._start_solo(t)
+        else:
+            self._advance()
+            for solo in solos.tolist():
+                self._to_pool(self._solos.pop(solo))
+            self._join_pool(t)
+            self._reschedule()
         return done
+
+    def _start_solo(self, t: _Transfer) -> None:
+        duration = self._durations.get(t.key) if t.key is not None else None
+        if duration is None:
+            duration = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size)[0]
+            if t.key is not None:
+                self._durations[t.key] = duration
+        ident = self._next_solo
+        self._next_solo += 1
+        self._solos[ident] = t
+        self._owner[t.links] = ident
+        wake = self.env.timeout(duration)
+        wake.callbacks.append(lambda _event: self._solo_done(ident))
+
+    def _solo_done(self, ident: int) -> None:
+        t = self._solos.pop(ident, None)
+        if t is None:
+            return  # it joined the pool before its solo end
+        self._owner[t.links] = -1
+        t.done.succeed()
+
+    def _to_pool(self, t: _Transfer) -> None:
+        """A solo transfer joins the pool with the bytes it has left now."""
+        self._owner[t.links] = -1
+        _, t.remaining = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size,
+                                        until=self.env.now - t.start)
+        self._join_pool(t)
+
+    def _join_pool(self, t: _Transfer) -> None:
+        self._pool.append(t)
+        np.add.at(self._pool_links, t.pair_link[t.remaining[t.pair_flow] > 0], 1)
 
     def _advance(self) -> None:
         elapsed = self.env.now - self._updated
         if elapsed > 0:
-            for t in self._transfers:
+            for t in self._pool:
                 t.remaining -= t.rate * elapsed
         self._updated = self.env.now
 
     def _reschedule(self) -> None:
         live: list[_Transfer] = []
-        for t in self._transfers:
-            finished = t.remaining <= np.maximum(t.size * 1e-9, t.rate * 1e-12)
+        for t in self._pool:
+            was_active = t.remaining[t.pair_flow] > 0
+            finished = _finished(t.remaining, t.size, t.rate)
             t.remaining[finished] = 0.0
+            gone = was_active & (t.remaining[t.pair_flow] <= 0)
+            np.subtract.at(self._pool_links, t.pair_link[gone], 1)
             if finished.all():
                 t.done.succeed()
             else:
                 live.append(t)
-        self._transfers = live
+        self._pool = live
         if not live:
             return
         self._assign_rates(live)

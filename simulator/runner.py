@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from simulator.collectives import Collectives
@@ -72,6 +73,14 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
     return durations
 
 
+def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]]) -> pd.DataFrame:
+    """A representative's spans, copied for each rank it represents."""
+    blocks = []
+    for rank, rows in spans.groupby("rank", sort=True):
+        blocks += [rows.assign(rank=mate) for mate in (rank, *represents.get(rank, ()))]
+    return pd.concat(blocks, ignore_index=True) if blocks else spans
+
+
 def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     """Simulate one training iteration of ``scenario``.
 
@@ -87,12 +96,20 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
                            scenario.compute_jitter)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    simulated = program.representatives if scenario.fold_ranks else None
+    simulated, represents = None, None
+    if scenario.fold_ranks:
+        simulated = program.representatives
+    elif scenario.gangs:
+        represents = {g[0]: g[1:] for g in program.groups["tp"]}
+        simulated = sorted(represents)
     result = Engine(program, placement, durations, fabric, lowering,
-                    batch_compute=batch_compute, simulated=simulated).run()
+                    batch_compute=batch_compute, simulated=simulated, represents=represents,
+                    layer_spans=scenario.layer_spans).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
-    spans.insert(1, "node", [nodes[r] for r in spans["rank"]])
+    if represents:
+        spans = replicate(spans, represents)
+    spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
     spans = spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
                               ignore_index=True)
     comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))

@@ -203,7 +203,11 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
     },
 }
 TOP_LEVEL = {"name": (_text, "scenario"), "seed": (_integer(0), 0)}
-SCHEMA["simulation"] = {"fold_ranks": (_boolean, False)}
+SCHEMA["simulation"] = {
+    "fold_ranks": (_boolean, False),
+    "tensor_parallel_gangs": (_boolean, False),
+    "span_detail": (_choice(["kernel", "layer"]), "kernel"),
+}
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,8 @@ class Scenario:
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
     fold_ranks: bool = False  # simulate one rank per pipeline stage (identical ranks)
+    gangs: bool = False  # run each tensor-parallel group as one process, in lockstep
+    layer_spans: bool = False  # one compute span per layer, phase and micro-batch
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -465,15 +471,20 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     p = _section("parallelism", raw.get("parallelism"), SCHEMA["parallelism"])
     parallel = _parallel(p, machine.gpus, machine.gpus // max(1, machine.nodes))
     _check_layout(model, training, parallel)
-    fold = _section("simulation", raw.get("simulation"), SCHEMA["simulation"])["fold_ranks"]
-    if fold and machine.compute_jitter > 0:
-        raise _fail("simulation.fold_ranks", True, "needs cluster.compute_jitter 0: folding "
-                                                   "assumes the folded ranks are identical")
+    sim = _section("simulation", raw.get("simulation"), SCHEMA["simulation"])
+    fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]
+    for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
+        if on and machine.compute_jitter > 0:
+            raise _fail(f"simulation.{key}", True, "needs cluster.compute_jitter 0: it "
+                                                   "assumes the ranks it shares are identical")
+    if fold and gangs:
+        raise _fail("simulation.tensor_parallel_gangs", True, "cannot be combined with "
+                                                              "simulation.fold_ranks; give one")
     return Scenario(
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
-        fold_ranks=fold)
+        fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer")
 
 
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:

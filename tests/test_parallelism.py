@@ -230,3 +230,33 @@ def test_folding_refuses_jitter():
     scenario["simulation"] = {"fold_ranks": True}
     with pytest.raises(ScenarioError, match="^simulation.fold_ranks: True needs cluster"):
         from_dict(scenario)
+
+
+@pytest.mark.parametrize("parallelism", [dict(tp=2, pp=2, dp=4), dict(tp=4, dp=4, zero=1),
+                                         dict(tp=2, dp=8, fsdp={"sharding": "full_shard"}),
+                                         dict(tp=2, pp=2, dp=4, sequence_parallel=True,
+                                              schedule="interleaved", virtual_stages=2)])
+def test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank(parallelism):
+    full = run(tiny(**parallelism))
+    scenario = tiny(**parallelism)
+    scenario["simulation"] = {"tensor_parallel_gangs": True}
+    gang = run(scenario)
+    assert gang.summary["simulated_ranks"] == 16 // parallelism["tp"]
+    pd_cols = ["rank", "stream", "kind", "start", "end"]
+    a, b = full.spans[pd_cols], gang.spans[pd_cols]
+    assert len(a) == len(b) and (a["rank"].to_numpy() == b["rank"].to_numpy()).all()
+    assert a["end"].to_numpy() == pytest.approx(b["end"].to_numpy(), rel=1e-9)
+    assert len(gang.comms) == len(full.comms), "every group's collectives still run"
+    assert gang.summary["iteration_time_s"] == pytest.approx(full.summary["iteration_time_s"],
+                                                             rel=1e-9)
+
+
+def test_layer_span_detail_keeps_the_timeline():
+    kernel = run(tiny(tp=2, pp=2, dp=4))
+    scenario = tiny(tp=2, pp=2, dp=4)
+    scenario["simulation"] = {"span_detail": "layer"}
+    layer = run(scenario)
+    assert len(layer.spans) < len(kernel.spans) / 2
+    for key in ("iteration_time_s", "compute_s", "exposed_comm_s", "bubble_s",
+                "peak_memory_gib"):
+        assert layer.summary[key] == pytest.approx(kernel.summary[key], rel=1e-9)
