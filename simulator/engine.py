@@ -205,8 +205,11 @@ class Engine:
             event.succeed()
 
     def _collective(self, rank: int, op_index: int, op: Op):
-        calls = {id(c): c for c in (self._join(r, op) for r in (rank, *self._mates.get(rank, ())))}
-        own = next(iter(calls.values()))
+        groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
+        for r in (rank, *self._mates.get(rank, ())):
+            groups.setdefault(self._group_of[op.group][r], []).append(r)
+        calls = {g: self._join(members, op) for g, members in groups.items()}
+        own = calls[self._group_of[op.group][rank]]
         arrival = self.env.now
         for call in calls.values():
             yield call.done
@@ -217,10 +220,13 @@ class Engine:
                            op.phase.value, op.microbatch, op.layer, op.bytes))
         self._finish(rank, op_index, max(c.end for c in calls.values()))
 
-    def _join(self, rank: int, op: Op) -> _Call:
+    def _join(self, ranks: list[int], op: Op) -> _Call:
+        """``ranks`` (members of one group: a rank, or a gang's members in it) arrive."""
+        rank = ranks[0]
         group_index = self._group_of[op.group][rank]
         seq = self._seq[rank].get(op.group, 0)
-        self._seq[rank][op.group] = seq + 1
+        for r in ranks:
+            self._seq[r][op.group] = seq + 1
         key = (op.group, group_index, seq)
         call = self._calls.get(key)
         if call is None:
@@ -232,24 +238,40 @@ class Engine:
                 f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
                 f"collective #{seq}, but its group called {call.op.collective.value} of "
                 f"{call.op.bytes:.0f} B")
-        call.arrivals[rank] = self.env.now
+        for r in ranks:
+            call.arrivals[r] = self.env.now
         if len(call.arrivals) == call.expected:
             del self._calls[key]
-            self.env.process(self._execute(call, key))
+            self._execute(call, key)
         return call
 
-    def _execute(self, call: _Call, key: tuple[str, int, int]):
+    def _execute(self, call: _Call, key: tuple[str, int, int]) -> None:
+        """Run a call whose members are all there: its flows, then its latency."""
         call.start = self.env.now
         kind: Collective = call.op.collective
         gpus = [self.placement[r] for r in call.members]
         lowered = self._lower(kind, gpus, call.op.bytes)
-        yield from execute(self.network, lowered)
-        call.end = self.env.now
-        self.collectives.append((*key, kind.value, call.op.name, len(call.members),
-                                 call.op.bytes, lowered.algorithm.value,
-                                 lowered.protocol.value, lowered.channels,
-                                 min(call.arrivals.values()), call.start, call.end))
-        call.done.succeed()
+
+        def finished(_event=None) -> None:
+            call.end = self.env.now
+            self.collectives.append((*key, kind.value, call.op.name, len(call.members),
+                                     call.op.bytes, lowered.algorithm.value,
+                                     lowered.protocol.value, lowered.channels,
+                                     min(call.arrivals.values()), call.start, call.end))
+            call.done.succeed()
+
+        if lowered.steps != 1:
+            self.env.process(execute(self.network, lowered)).callbacks.append(finished)
+            return
+
+        def flows_done(_event) -> None:
+            if lowered.latency > 0:
+                self.env.timeout(lowered.latency).callbacks.append(finished)
+            else:
+                finished()
+
+        self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key).callbacks.append(
+            flows_done)
 
     def _message(self, rank: int, op: Op) -> tuple[tuple[str, int, int], _Message]:
         """The message ``rank``'s next send or receive on ``op.group`` is part of."""

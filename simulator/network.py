@@ -81,21 +81,31 @@ def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nd
     return elapsed, remaining
 
 
-class _Transfer:
-    __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
-                 "start", "key")
+class _Shape:
+    """The flows of a transfer as arrays, shared by every transfer of one call shape."""
 
-    def __init__(self, done: simpy.Event, routes: Sequence[Sequence[int]],
-                 sizes: Sequence[float], start: float, key: Hashable | None) -> None:
-        self.done, self.start, self.key = done, start, key
+    __slots__ = ("size", "pair_flow", "pair_link", "links")
+
+    def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
         self.size = np.asarray(sizes, dtype=float)
-        self.remaining = self.size.copy()
-        self.rate = np.zeros(len(self.size))
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
         self.pair_link = np.fromiter((link for r in routes for link in r), dtype=np.int64,
                                      count=int(lengths.sum()))
         self.links = np.unique(self.pair_link)
+
+
+class _Transfer:
+    __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
+                 "start", "key")
+
+    def __init__(self, done: simpy.Event, shape: _Shape, start: float,
+                 key: Hashable | None) -> None:
+        self.done, self.start, self.key = done, start, key
+        self.size, self.pair_flow = shape.size, shape.pair_flow
+        self.pair_link, self.links = shape.pair_link, shape.links
+        self.remaining = self.size.copy()
+        self.rate = np.zeros(len(self.size))
 
 
 class Network:
@@ -110,6 +120,7 @@ class Network:
         self._solos: dict[int, _Transfer] = {}
         self._next_solo = 0
         self._durations: dict[Hashable, float] = {}
+        self._shapes: dict[Hashable, _Shape] = {}
         self._updated = 0.0
         self._generation = 0
         self.recomputes = 0
@@ -122,12 +133,15 @@ class Network:
         duration is computed once.
         """
         done = self.env.event()
-        keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
-        if not keep:
-            return done.succeed()
-        if len(keep) < len(sizes):
-            routes, sizes, key = [routes[i] for i in keep], [sizes[i] for i in keep], None
-        t = _Transfer(done, routes, sizes, self.env.now, key)
+        shape = self._shapes.get(key) if key is not None else None
+        if shape is None:
+            keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
+            if not keep:
+                return done.succeed()
+            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
+            if key is not None:
+                self._shapes[key] = shape
+        t = _Transfer(done, shape, self.env.now, key)
         owners = self._owner[t.links]
         solos = np.unique(owners[owners >= 0])
         if len(solos) == 0 and not self._pool_links[t.links].any():
