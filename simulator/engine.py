@@ -201,8 +201,12 @@ class Engine:
         self.done[rank][op_index] = end
         for delta, category in self.program.ops[rank][op_index].mem:
             self.memory_events[rank].append((end, delta, category))
-        for event in self._waiters.pop((rank, op_index), ()):
-            event.succeed()
+        waiters = self._waiters.pop((rank, op_index), ())
+        if waiters:
+            delay = max(0.0, end - self.env.now)
+            for event in waiters:  # wake them when the op ends, in one event each
+                event._ok, event._value = True, None  # what Event.succeed sets (SimPy 4)
+                self.env.schedule(event, delay=delay)
 
     def _collective(self, rank: int, op_index: int, op: Op):
         groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
@@ -263,15 +267,8 @@ class Engine:
         if lowered.steps != 1:
             self.env.process(execute(self.network, lowered)).callbacks.append(finished)
             return
-
-        def flows_done(_event) -> None:
-            if lowered.latency > 0:
-                self.env.timeout(lowered.latency).callbacks.append(finished)
-            else:
-                finished()
-
-        self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key).callbacks.append(
-            flows_done)
+        self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
+                              then=lowered.latency).callbacks.append(finished)
 
     def _message(self, rank: int, op: Op) -> tuple[tuple[str, int, int], _Message]:
         """The message ``rank``'s next send or receive on ``op.group`` is part of."""

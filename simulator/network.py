@@ -97,11 +97,11 @@ class _Shape:
 
 class _Transfer:
     __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
-                 "start", "key")
+                 "start", "key", "then")
 
     def __init__(self, done: simpy.Event, shape: _Shape, start: float,
-                 key: Hashable | None) -> None:
-        self.done, self.start, self.key = done, start, key
+                 key: Hashable | None, then: float) -> None:
+        self.done, self.start, self.key, self.then = done, start, key, then
         self.size, self.pair_flow = shape.size, shape.pair_flow
         self.pair_link, self.links = shape.pair_link, shape.links
         self.remaining = self.size.copy()
@@ -126,22 +126,23 @@ class Network:
         self.recomputes = 0
 
     def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
-                 key: Hashable | None = None) -> simpy.Event:
-        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event fires when all end.
+                 key: Hashable | None = None, then: float = 0.0) -> simpy.Event:
+        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event fires ``then``
+        seconds after all have ended (a caller's latency, folded in to save events).
 
-        ``key`` names the call's shape (same routes and sizes) so that its solo
-        duration is computed once.
+        ``key`` names the call's shape (same routes and sizes) so that its arrays
+        and solo duration are computed once.
         """
         done = self.env.event()
         shape = self._shapes.get(key) if key is not None else None
         if shape is None:
             keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
             if not keep:
-                return done.succeed()
+                return self.env.timeout(then) if then > 0 else done.succeed()
             shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
             if key is not None:
                 self._shapes[key] = shape
-        t = _Transfer(done, shape, self.env.now, key)
+        t = _Transfer(done, shape, self.env.now, key, then)
         owners = self._owner[t.links]
         solos = np.unique(owners[owners >= 0])
         if len(solos) == 0 and not self._pool_links[t.links].any():
@@ -164,15 +165,22 @@ class Network:
         self._next_solo += 1
         self._solos[ident] = t
         self._owner[t.links] = ident
-        wake = self.env.timeout(duration)
-        wake.callbacks.append(lambda _event: self._solo_done(ident))
+        self.env.timeout(duration).callbacks.append(lambda _event: self._solo_done(ident))
 
     def _solo_done(self, ident: int) -> None:
         t = self._solos.pop(ident, None)
         if t is None:
             return  # it joined the pool before its solo end
         self._owner[t.links] = -1
-        t.done.succeed()
+        self._complete(t)
+
+    def _complete(self, t: _Transfer) -> None:
+        """Flows all ended: fire the transfer's event after its ``then`` delay."""
+        if t.then > 0:
+            t.done._ok, t.done._value = True, None  # what Event.succeed sets (SimPy 4)
+            self.env.schedule(t.done, delay=t.then)
+        else:
+            t.done.succeed()
 
     def _to_pool(self, t: _Transfer) -> None:
         """A solo transfer joins the pool with the bytes it has left now."""
@@ -201,7 +209,7 @@ class Network:
             gone = was_active & (t.remaining[t.pair_flow] <= 0)
             np.subtract.at(self._pool_links, t.pair_link[gone], 1)
             if finished.all():
-                t.done.succeed()
+                self._complete(t)
             else:
                 live.append(t)
         self._pool = live
