@@ -10,10 +10,13 @@ added here: callers add the per-hop or per-step latency their protocol has.
 Max-min fairness decomposes over transfers that share no link, so a transfer
 that starts on links no other transfer is using runs *solo*: its end is its
 isolated fluid time (cached per call shape), with no global recomputation.
-If a later transfer touches its links, it joins the shared *pool* with the
-bytes it has left at that moment (replayed from its isolated dynamics), and
-the pool is recomputed jointly as before. The result is the same as always
-recomputing everything; most intra-server collectives never leave solo.
+If a later transfer touches its links, it joins a *component* of
+link-sharing transfers with the bytes it has left at that moment (replayed
+from its isolated dynamics); a component's rates are recomputed jointly when
+one of its transfers starts or a flow in it ends, and components merge when a
+transfer bridges them. The result is the same as always recomputing
+everything (max-min over disjoint link sets is their union); most
+intra-server collectives never leave solo.
 """
 
 from __future__ import annotations
@@ -108,21 +111,35 @@ class _Transfer:
         self.rate = np.zeros(len(self.size))
 
 
+class _Component:
+    """Transfers that share links, with rates computed jointly."""
+
+    __slots__ = ("transfers", "updated", "generation")
+
+    def __init__(self, now: float) -> None:
+        self.transfers: list[_Transfer] = []
+        self.updated = now
+        self.generation = 0
+
+
 class Network:
-    """Active transfers on a set of links, advanced by SimPy timeouts."""
+    """Active transfers on a set of links, advanced by SimPy timeouts.
+
+    Transfers that share a link form a component whose rates are recomputed
+    together; components share no link, so each is recomputed only when one
+    of its own transfers starts or a flow in it ends.
+    """
 
     def __init__(self, env: simpy.Environment, capacity: np.ndarray) -> None:
         self.env = env
         self.capacity = capacity
-        self._pool: list[_Transfer] = []
-        self._pool_links = np.zeros(len(capacity), dtype=np.int64)  # pool flows per link
+        self._component_of = np.full(len(capacity), -1, dtype=np.int64)  # per link
+        self._components: dict[int, _Component] = {}
         self._owner = np.full(len(capacity), -1, dtype=np.int64)  # solo transfer per link
         self._solos: dict[int, _Transfer] = {}
-        self._next_solo = 0
+        self._next_id = 0
         self._durations: dict[Hashable, float] = {}
         self._shapes: dict[Hashable, _Shape] = {}
-        self._updated = 0.0
-        self._generation = 0
         self.recomputes = 0
 
     def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
@@ -145,15 +162,22 @@ class Network:
         t = _Transfer(done, shape, self.env.now, key, then)
         owners = self._owner[t.links]
         solos = np.unique(owners[owners >= 0])
-        if len(solos) == 0 and not self._pool_links[t.links].any():
+        touched = self._component_of[t.links]
+        components = np.unique(touched[touched >= 0])
+        if len(solos) == 0 and len(components) == 0:
             self._start_solo(t)
-        else:
-            self._advance()
-            for solo in solos.tolist():
-                self._to_pool(self._solos.pop(solo))
-            self._join_pool(t)
-            self._reschedule()
+            return done
+        merged = [t] + [self._from_solo(self._solos.pop(i)) for i in solos.tolist()]
+        for ident in components.tolist():
+            component = self._components.pop(ident)
+            self._advance(component)
+            merged += component.transfers
+        self._reschedule(self._new_component(merged))
         return done
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
 
     def _start_solo(self, t: _Transfer) -> None:
         duration = self._durations.get(t.key) if t.key is not None else None
@@ -161,8 +185,7 @@ class Network:
             duration = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size)[0]
             if t.key is not None:
                 self._durations[t.key] = duration
-        ident = self._next_solo
-        self._next_solo += 1
+        ident = self._new_id()
         self._solos[ident] = t
         self._owner[t.links] = ident
         self.env.timeout(duration).callbacks.append(lambda _event: self._solo_done(ident))
@@ -170,7 +193,7 @@ class Network:
     def _solo_done(self, ident: int) -> None:
         t = self._solos.pop(ident, None)
         if t is None:
-            return  # it joined the pool before its solo end
+            return  # it joined a component before its solo end
         self._owner[t.links] = -1
         self._complete(t)
 
@@ -182,45 +205,52 @@ class Network:
         else:
             t.done.succeed()
 
-    def _to_pool(self, t: _Transfer) -> None:
-        """A solo transfer joins the pool with the bytes it has left now."""
+    def _from_solo(self, t: _Transfer) -> _Transfer:
+        """A solo transfer about to share links, with the bytes it has left now."""
         self._owner[t.links] = -1
         _, t.remaining = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size,
                                         until=self.env.now - t.start)
-        self._join_pool(t)
+        return t
 
-    def _join_pool(self, t: _Transfer) -> None:
-        self._pool.append(t)
-        np.add.at(self._pool_links, t.pair_link[t.remaining[t.pair_flow] > 0], 1)
+    def _new_component(self, transfers: list[_Transfer]) -> int:
+        ident = self._new_id()
+        component = _Component(self.env.now)
+        component.transfers = transfers
+        self._components[ident] = component
+        for t in transfers:
+            self._component_of[t.links] = ident
+        return ident
 
-    def _advance(self) -> None:
-        elapsed = self.env.now - self._updated
+    def _advance(self, component: _Component) -> None:
+        elapsed = self.env.now - component.updated
         if elapsed > 0:
-            for t in self._pool:
+            for t in component.transfers:
                 t.remaining -= t.rate * elapsed
-        self._updated = self.env.now
+        component.updated = self.env.now
 
-    def _reschedule(self) -> None:
+    def _reschedule(self, ident: int) -> None:
+        component = self._components[ident]
         live: list[_Transfer] = []
-        for t in self._pool:
-            was_active = t.remaining[t.pair_flow] > 0
+        for t in component.transfers:
             finished = _finished(t.remaining, t.size, t.rate)
             t.remaining[finished] = 0.0
-            gone = was_active & (t.remaining[t.pair_flow] <= 0)
-            np.subtract.at(self._pool_links, t.pair_link[gone], 1)
             if finished.all():
+                self._component_of[t.links] = -1
                 self._complete(t)
             else:
                 live.append(t)
-        self._pool = live
+        component.transfers = live
         if not live:
+            del self._components[ident]
             return
+        for t in live:  # links of finished transfers may be shared with live ones
+            self._component_of[t.links] = ident
         self._assign_rates(live)
         waits = [np.min(t.remaining[t.remaining > 0] / t.rate[t.remaining > 0]) for t in live]
-        self._generation += 1
-        generation = self._generation
-        wake = self.env.timeout(float(min(waits)))
-        wake.callbacks.append(lambda _event: self._wake(generation))
+        component.generation += 1
+        generation = component.generation
+        self.env.timeout(float(min(waits))).callbacks.append(
+            lambda _event: self._wake(ident, generation))
 
     def _assign_rates(self, live: list[_Transfer]) -> None:
         self.recomputes += 1
@@ -236,8 +266,9 @@ class Network:
         for t, start in zip(live, offsets, strict=True):
             t.rate = rates[start:start + len(t.size)]
 
-    def _wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # a newer schedule superseded this wake-up
-        self._advance()
-        self._reschedule()
+    def _wake(self, ident: int, generation: int) -> None:
+        component = self._components.get(ident)
+        if component is None or component.generation != generation:
+            return  # merged into another component, or rescheduled since
+        self._advance(component)
+        self._reschedule(ident)
