@@ -25,6 +25,12 @@ behalf of each mate, the mate's own group too, so every group's flows run on
 the network; it finishes when the last of those calls ends, and the mates'
 spans are its spans. Exact for identical ranks; tests compare with full runs.
 
+Exclusive dimensions: when no other traffic can touch a group's links (the
+runner checks that statically, e.g. tensor parallelism filling each server),
+a gang's call on that group ends exactly at its isolated time plus latency, so
+it completes at a known future time, like a compute kernel, without going
+through the network; tests compare with full runs.
+
 Span detail ``layer`` records one compute span per run of kernels of the same
 layer, phase and micro-batch instead of one per kernel (for very large runs).
 
@@ -94,7 +100,7 @@ class Engine:
                  lowering: Callable[..., Lowered], batch_compute: bool = True,
                  simulated: Sequence[int] | None = None,
                  represents: dict[int, tuple[int, ...]] | None = None,
-                 layer_spans: bool = False) -> None:
+                 layer_spans: bool = False, exclusive: frozenset[str] = frozenset()) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.simulated = list(range(program.ranks)) if simulated is None else list(simulated)
@@ -105,6 +111,10 @@ class Engine:
                 raise SimulationError(f"rank {rep} cannot represent ranks with other programs")
         self._arriving = self._simulated | {m for ms in self._mates.values() for m in ms}
         self._layer_spans = layer_spans
+        self._exclusive = exclusive
+        self._cursor: dict[tuple[int, str], int] = {}  # next op position on each stream
+        self._where: dict[int, dict[int, tuple[str, int]]] = {}
+        self._streams: dict[int, dict[str, list[int]]] = {}
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -122,14 +132,22 @@ class Engine:
         self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
 
     def run(self) -> EngineResult:
+        layouts: dict[int, tuple[dict, dict]] = {}  # per op tuple: streams, op -> position
         for rank in self.simulated:
             ops = self.program.ops[rank]
-            streams: dict[str, list[int]] = {}
-            for i, op in enumerate(ops):
-                streams.setdefault(op.stream, []).append(i)
+            if id(ops) not in layouts:
+                streams: dict[str, list[int]] = {}
+                where: dict[int, tuple[str, int]] = {}
+                for i, op in enumerate(ops):
+                    where[i] = (op.stream, len(streams.setdefault(op.stream, [])))
+                    streams[op.stream].append(i)
+                layouts[id(ops)] = (streams, where)
+            streams, self._where[rank] = layouts[id(ops)]
+            self._streams[rank] = streams
             durations = self._durations(rank)
-            for indices in streams.values():
-                self.env.process(self._stream(rank, indices, durations))
+            for stream, indices in streams.items():
+                self._cursor[(rank, stream)] = 0
+                self.env.process(self._stream(rank, stream, indices, durations))
         events = 0
         try:
             while True:
@@ -141,42 +159,51 @@ class Engine:
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
                             self.network.recomputes)
 
-    def _stream(self, rank: int, indices: list[int], durations: np.ndarray):
+    def _stream(self, rank: int, stream: str, indices: list[int], durations: np.ndarray):
         env, ops, done = self.env, self.program.ops[rank], self.done[rank]
-        pos = 0
-        while pos < len(indices):
-            op = ops[indices[pos]]
+        key = (rank, stream)
+        while self._cursor[key] < len(indices):
+            pos = self._cursor[key]
+            i = indices[pos]
+            op = ops[i]
             for d in op.deps:
-                while done[d] is None:
+                while done[d] is None and done[i] is None:
                     yield self._waiter(rank, d)
-                if done[d] > env.now:
+                if done[i] is None and done[d] > env.now:
                     yield env.timeout(done[d] - env.now)
+            if done[i] is not None:  # the compute planner ran it inline meanwhile
+                self._cursor[key] = max(self._cursor[key], pos + 1)
+                continue
             if op.kind is OpKind.COMPUTE:
-                pos, end = self._plan_compute(rank, indices, pos, durations)
+                self._cursor[key], end = self._plan_compute(rank, indices, pos, durations)
                 yield env.timeout(end - env.now)
             elif op.kind is OpKind.COLLECTIVE:
-                yield from self._collective(rank, indices[pos], op)
-                pos += 1
+                self._cursor[key] = pos + 1
+                yield from self._collective(rank, i, op)
             else:
-                yield from self._p2p(rank, indices[pos], op)
-                pos += 1
+                self._cursor[key] = pos + 1
+                yield from self._p2p(rank, i, op)
 
     def _plan_compute(self, rank: int, indices: list[int], pos: int,
                       durations: np.ndarray) -> tuple[int, float]:
         """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
-        ops, done, t = self.program.ops[rank], self.done[rank], self.env.now
+        ops, t = self.program.ops[rank], self.env.now
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            if op.kind is not OpKind.COMPUTE or any(
-                    done[d] is None or done[d] > t for d in op.deps):
+            if op.kind is not OpKind.COMPUTE:
                 break
+            start = self._ready_at(rank, op, t)
+            if start is None:
+                break
+            t = start
             end = t + float(durations[i])
             if not self._layer_spans:
                 self.spans.append((rank, op.stream, "compute", op.name, t, end, op.phase.value,
                                    op.microbatch, op.layer, op.bytes))
-            elif merged and merged[6:9] == [op.phase.value, op.microbatch, op.layer]:
+            elif merged and merged[5] == t and merged[6:9] == [op.phase.value, op.microbatch,
+                                                               op.layer]:
                 merged[5], merged[9] = end, merged[9] + op.bytes
             else:
                 if merged:
@@ -190,6 +217,44 @@ class Engine:
         if merged:
             self.spans.append(tuple(merged))
         return pos, t
+
+    def _ready_at(self, rank: int, op: Op, t: float) -> float | None:
+        """When ``op`` can start if its stream is free at ``t``: None if a dependency's
+        end is not known yet and cannot be worked out inline."""
+        done, start = self.done[rank], t
+        for d in op.deps:
+            end = done[d] if done[d] is not None else self._inline(rank, d)
+            if end is None:
+                return None
+            start = max(start, end)
+        if start > t and not self._batch:
+            return None  # one event per kernel: let the process wait
+        return start
+
+    def _inline(self, rank: int, op_index: int) -> float | None:
+        """Run an exclusive-link collective now, at its planned time, if it is next on
+        its stream, its inputs' ends are known, and this rank's gang is its whole
+        group; return its end, or None."""
+        op = self.program.ops[rank][op_index]
+        if op.kind is not OpKind.COLLECTIVE or op.group not in self._exclusive:
+            return None
+        stream, position = self._where[rank][op_index]
+        if self._cursor[(rank, stream)] != position:
+            return None
+        done = self.done[rank]
+        if any(done[d] is None for d in op.deps):
+            return None
+        index = self._group_of[op.group][rank]
+        gang = (rank, *self._mates.get(rank, ()))
+        if sum(1 for r in gang if self._group_of[op.group][r] == index) != len(
+                self.program.groups[op.group][index]):
+            return None
+        previous = self._streams[rank][stream][position - 1] if position else None
+        start = max([done[d] for d in op.deps]
+                    + ([done[previous]] if previous is not None else []) + [self.env.now])
+        self._cursor[(rank, stream)] = position + 1
+        self._alone(rank, op_index, op, index, start)
+        return done[op_index]
 
     def _waiter(self, rank: int, op_index: int) -> simpy.Event:
         event = self.env.event()
@@ -212,6 +277,12 @@ class Engine:
         groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
         for r in (rank, *self._mates.get(rank, ())):
             groups.setdefault(self._group_of[op.group][r], []).append(r)
+        if op.group in self._exclusive and len(groups) == 1:
+            members = next(iter(groups.values()))
+            index = self._group_of[op.group][rank]
+            if len(members) == len(self.program.groups[op.group][index]):
+                self._alone(rank, op_index, op, index, self.env.now)
+                return
         calls = {g: self._join(members, op) for g, members in groups.items()}
         own = calls[self._group_of[op.group][rank]]
         arrival = self.env.now
@@ -223,6 +294,20 @@ class Engine:
         self.spans.append((rank, op.stream, "comm", op.name, own.start, own.end,
                            op.phase.value, op.microbatch, op.layer, op.bytes))
         self._finish(rank, op_index, max(c.end for c in calls.values()))
+
+    def _alone(self, rank: int, op_index: int, op: Op, index: int, start: float) -> None:
+        """A call on links no other traffic can use, with its whole group here at
+        ``start``: it ends at its isolated time plus latency."""
+        members = self.program.groups[op.group][index]
+        lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
+        end = start + self.network.isolated(lowered.routes, lowered.sizes, lowered.key) \
+            + lowered.latency
+        self.collectives.append((op.group, index, -1, op.collective.value, op.name,
+                                 len(members), op.bytes, lowered.algorithm.value,
+                                 lowered.protocol.value, lowered.channels, start, start, end))
+        self.spans.append((rank, op.stream, "comm", op.name, start, end, op.phase.value,
+                           op.microbatch, op.layer, op.bytes))
+        self._finish(rank, op_index, end)
 
     def _join(self, ranks: list[int], op: Op) -> _Call:
         """``ranks`` (members of one group: a rank, or a gang's members in it) arrive."""

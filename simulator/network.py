@@ -175,6 +175,21 @@ class Network:
         self._reschedule(self._new_component(merged))
         return done
 
+    def isolated(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
+                 key: Hashable | None = None) -> float:
+        """Seconds these flows take alone on the fabric (cached per ``key``)."""
+        duration = self._durations.get(key) if key is not None else None
+        if duration is None:
+            keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
+            if not keep:
+                return 0.0
+            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
+            duration = fluid_progress(shape.pair_flow, shape.pair_link, self.capacity,
+                                      shape.size)[0]
+            if key is not None:
+                self._durations[key] = duration
+        return duration
+
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id

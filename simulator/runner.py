@@ -73,6 +73,22 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
     return durations
 
 
+def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str]) -> frozenset:
+    """``{"tp"}`` when no other traffic can share tensor-parallel links: no other
+    group has two members in one server, and traffic is not routed through other
+    GPUs' NVLink (rail-optimized PXN)."""
+    if fabric.graph.graph.get("rail_aligned"):
+        return frozenset()
+    for dim, groups in program.groups.items():
+        if dim == "tp":
+            continue
+        for group in groups:
+            servers = [fabric.node_of(placement[r]) for r in group]
+            if len(set(servers)) < len(servers):
+                return frozenset()
+    return frozenset({"tp"})
+
+
 def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]]) -> pd.DataFrame:
     """A representative's spans, copied for each rank it represents."""
     blocks = []
@@ -102,9 +118,10 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     elif scenario.gangs:
         represents = {g[0]: g[1:] for g in program.groups["tp"]}
         simulated = sorted(represents)
+    exclusive = exclusive_dimensions(program, fabric, placement) if represents else frozenset()
     result = Engine(program, placement, durations, fabric, lowering,
                     batch_compute=batch_compute, simulated=simulated, represents=represents,
-                    layer_spans=scenario.layer_spans).run()
+                    layer_spans=scenario.layer_spans, exclusive=exclusive).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
     if represents:

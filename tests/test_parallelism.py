@@ -260,3 +260,16 @@ def test_layer_span_detail_keeps_the_timeline():
     for key in ("iteration_time_s", "compute_s", "exposed_comm_s", "bubble_s",
                 "peak_memory_gib"):
         assert layer.summary[key] == pytest.approx(kernel.summary[key], rel=1e-9)
+
+
+def test_exclusive_tensor_parallel_links_give_the_same_timeline():
+    scenario = tiny(tp=8, dp=2)  # tp fills each server: nothing else uses its NVLink
+    full = run(scenario)
+    scenario["simulation"] = {"tensor_parallel_gangs": True}
+    gang = run(scenario)
+    assert gang.summary["events"] < full.summary["events"] / 4
+    a, b = full.spans, gang.spans
+    assert len(a) == len(b)
+    assert a["end"].to_numpy() == pytest.approx(b["end"].to_numpy(), rel=1e-9)
+    assert gang.summary["iteration_time_s"] == pytest.approx(full.summary["iteration_time_s"],
+                                                             rel=1e-9)
