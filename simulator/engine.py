@@ -115,6 +115,7 @@ class Engine:
         self._cursor: dict[tuple[int, str], int] = {}  # next op position on each stream
         self._where: dict[int, dict[int, tuple[str, int]]] = {}
         self._streams: dict[int, dict[str, list[int]]] = {}
+        self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -144,7 +145,9 @@ class Engine:
                 layouts[id(ops)] = (streams, where)
             streams, self._where[rank] = layouts[id(ops)]
             self._streams[rank] = streams
-            durations = self._durations(rank)
+            durations = [float(x) for x in self._durations(rank)]
+            if id(ops) not in self._phases:
+                self._phases[id(ops)] = [op.phase.value for op in ops]
             for stream, indices in streams.items():
                 self._cursor[(rank, stream)] = 0
                 self.env.process(self._stream(rank, stream, indices, durations))
@@ -159,7 +162,7 @@ class Engine:
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
                             self.network.recomputes)
 
-    def _stream(self, rank: int, stream: str, indices: list[int], durations: np.ndarray):
+    def _stream(self, rank: int, stream: str, indices: list[int], durations: list[float]):
         env, ops, done = self.env, self.program.ops[rank], self.done[rank]
         key = (rank, stream)
         while self._cursor[key] < len(indices):
@@ -185,31 +188,36 @@ class Engine:
                 yield from self._p2p(rank, i, op)
 
     def _plan_compute(self, rank: int, indices: list[int], pos: int,
-                      durations: np.ndarray) -> tuple[int, float]:
+                      durations: list[float]) -> tuple[int, float]:
         """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
-        ops, t = self.program.ops[rank], self.env.now
+        ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
+        phases, spans, compute = self._phases[id(ops)], self.spans, OpKind.COMPUTE
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            if op.kind is not OpKind.COMPUTE:
+            if op.kind is not compute:
                 break
-            start = self._ready_at(rank, op, t)
-            if start is None:
-                break
+            if all(done[d] is not None and done[d] <= t for d in op.deps):
+                start = t
+            else:
+                start = self._ready_at(rank, op, t)
+                if start is None:
+                    break
             t = start
-            end = t + float(durations[i])
+            end = t + durations[i]
+            phase = phases[i]
             if not self._layer_spans:
-                self.spans.append((rank, op.stream, "compute", op.name, t, end, op.phase.value,
-                                   op.microbatch, op.layer, op.bytes))
-            elif merged and merged[5] == t and merged[6:9] == [op.phase.value, op.microbatch,
-                                                               op.layer]:
+                spans.append((rank, op.stream, "compute", op.name, t, end, phase,
+                               op.microbatch, op.layer, op.bytes))
+            elif merged and merged[5] == t and merged[6] == phase and merged[7] == op.microbatch \
+                    and merged[8] == op.layer:
                 merged[5], merged[9] = end, merged[9] + op.bytes
             else:
                 if merged:
-                    self.spans.append(tuple(merged))
+                    spans.append(tuple(merged))
                 merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
-                          op.phase.value, op.microbatch, op.layer, op.bytes]
+                          phase, op.microbatch, op.layer, op.bytes]
             self._finish(rank, i, end)
             t, pos = end, pos + 1
             if not self._batch:

@@ -38,6 +38,8 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([10.0, 3.0]), 2)
     array([7., 3.])
     """
+    if len(pair_flow) <= SMALL:
+        return _max_min_small(pair_flow.tolist(), pair_link.tolist(), capacity, flows)
     rates = np.zeros(flows)
     frozen = np.zeros(flows, dtype=bool)
     remaining = capacity.astype(float)
@@ -56,6 +58,36 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
         leaving = active & frozen[pair_flow]
         remaining -= level * np.bincount(pair_link[leaving], minlength=links)
         active &= ~leaving
+    return rates
+
+
+SMALL = 48  # below this many (flow, link) pairs plain Python beats numpy's call overhead
+
+
+def _max_min_small(pair_flow: list[int], pair_link: list[int], capacity: np.ndarray,
+                   flows: int) -> np.ndarray:
+    """``max_min_rates`` for a few flows, the same progressive filling in plain Python."""
+    users: dict[int, list[int]] = {}
+    links_of: dict[int, list[int]] = {}
+    for f, link in zip(pair_flow, pair_link, strict=True):
+        users.setdefault(link, []).append(f)
+        links_of.setdefault(f, []).append(link)
+    remaining = {link: float(capacity[link]) for link in users}
+    count = {link: len(fs) for link, fs in users.items()}
+    rates = np.zeros(flows)
+    open_flows = set(links_of)
+    while open_flows:
+        level = min(max(remaining[link], 0.0) / count[link] for link in count if count[link])
+        bottleneck = [link for link in count
+                      if count[link] and max(remaining[link], 0.0) / count[link]
+                      <= level * (1.0 + 1e-12)]
+        newly = sorted({f for link in bottleneck for f in users[link] if f in open_flows})
+        for f in newly:
+            rates[f] = level
+            open_flows.discard(f)
+            for link in links_of[f]:
+                remaining[link] -= level
+                count[link] -= 1
     return rates
 
 

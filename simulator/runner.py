@@ -89,12 +89,22 @@ def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str])
     return frozenset({"tp"})
 
 
-def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]]) -> pd.DataFrame:
-    """A representative's spans, copied for each rank it represents."""
-    blocks = []
-    for rank, rows in spans.groupby("rank", sort=True):
-        blocks += [rows.assign(rank=mate) for mate in (rank, *represents.get(rank, ()))]
-    return pd.concat(blocks, ignore_index=True) if blocks else spans
+def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
+              nodes: list[int]) -> pd.DataFrame:
+    """Sorted representatives' spans, copied for each rank they represent, in rank
+    order (so the result is sorted too, without sorting it again)."""
+    by_rank = {}
+    starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
+    ends = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="right")
+    for rep, a, b in zip(represents, starts, ends, strict=True):
+        for rank in (rep, *represents[rep]):
+            by_rank[rank] = (rep, a, b)
+    order = np.concatenate([np.arange(a, b) for _, (_, a, b) in sorted(by_rank.items())])
+    out = spans.take(order).reset_index(drop=True)
+    ranks = np.concatenate([np.full(b - a, rank) for rank, (_, a, b) in sorted(by_rank.items())])
+    out["rank"] = ranks
+    out["node"] = np.asarray(nodes)[ranks]
+    return out
 
 
 def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
@@ -124,8 +134,6 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
                     layer_spans=scenario.layer_spans, exclusive=exclusive).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
-    if represents:
-        spans = replicate(spans, represents)
     spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
     spans = spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
                               ignore_index=True)
@@ -133,6 +141,8 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     gpu = scenario.gpu
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, simulated)
+    if represents:  # mates ran in lockstep with their representative: same spans
+        spans = replicate(spans, represents, nodes)
     summary["simulated_ranks"] = len(simulated) if simulated is not None else program.ranks
     summary.update({k: v for k, v in program.notes.items()})
     summary["events"] = result.events
