@@ -154,3 +154,22 @@ def test_forced_algorithm_and_protocol_reach_the_collectives(small):
     small["network"] = {"algorithm": "ring", "protocol": "simple"}
     comms = run(small).comms
     assert set(comms["algorithm"]) == {"ring"} and set(comms["protocol"]) == {"simple"}
+
+
+def test_model_from_a_hugging_face_config_next_to_the_scenario(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1376,
+        "vocab_size": 32000, "hidden_act": "silu"}))
+    (tmp_path / "s.yaml").write_text(
+        "cluster: {preset: dgx-a100}\nmodel: {hf_config: config.json}\n"
+        "training: {seq_len: 512, global_batch: 8}\nparallelism: {tp: 2}\n")
+    s = load(tmp_path / "s.yaml")
+    assert (s.model.layers, s.model.kv_heads, s.model.mlp.value) == (4, 2, "swiglu")
+    (tmp_path / "s.yaml").write_text(
+        "cluster: {preset: dgx-a100}\nmodel: {hf_config: missing.json}\n"
+        "training: {seq_len: 512, global_batch: 8}\n")
+    with pytest.raises(ScenarioError, match="^model.hf_config: .*missing.json: cannot read"):
+        load(tmp_path / "s.yaml")
