@@ -116,6 +116,8 @@ class Engine:
         self._where: dict[int, dict[int, tuple[str, int]]] = {}
         self._streams: dict[int, dict[str, list[int]]] = {}
         self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
+        self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
+        self._alone_cache: dict[tuple, tuple[Lowered, float]] = {}
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -148,6 +150,9 @@ class Engine:
             durations = [float(x) for x in self._durations(rank)]
             if id(ops) not in self._phases:
                 self._phases[id(ops)] = [op.phase.value for op in ops]
+                depended = set(d for op in ops for d in op.deps)
+                self._watched[id(ops)] = [i in depended or bool(op.mem)
+                                          for i, op in enumerate(ops)]
             for stream, indices in streams.items():
                 self._cursor[(rank, stream)] = 0
                 self.env.process(self._stream(rank, stream, indices, durations))
@@ -192,6 +197,7 @@ class Engine:
         """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
         ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
         phases, spans, compute = self._phases[id(ops)], self.spans, OpKind.COMPUTE
+        watched = self._watched[id(ops)]
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
@@ -218,7 +224,10 @@ class Engine:
                     spans.append(tuple(merged))
                 merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
                           phase, op.microbatch, op.layer, op.bytes]
-            self._finish(rank, i, end)
+            if watched[i]:
+                self._finish(rank, i, end)
+            else:
+                done[i] = end
             t, pos = end, pos + 1
             if not self._batch:
                 break
@@ -307,9 +316,14 @@ class Engine:
         """A call on links no other traffic can use, with its whole group here at
         ``start``: it ends at its isolated time plus latency."""
         members = self.program.groups[op.group][index]
-        lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
-        end = start + self.network.isolated(lowered.routes, lowered.sizes, lowered.key) \
-            + lowered.latency
+        cache_key = (id(self.program.ops[rank]), op_index, index)
+        cached = self._alone_cache.get(cache_key)
+        if cached is None:
+            lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
+            cached = self._alone_cache[cache_key] = (lowered, self.network.isolated(
+                lowered.routes, lowered.sizes, lowered.key) + lowered.latency)
+        lowered, duration = cached
+        end = start + duration
         self.collectives.append((op.group, index, -1, op.collective.value, op.name,
                                  len(members), op.bytes, lowered.algorithm.value,
                                  lowered.protocol.value, lowered.channels, start, start, end))
