@@ -107,6 +107,34 @@ def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
     return out
 
 
+def sharing(scenario: Scenario, program: Program) -> tuple[list[int] | None, dict | None]:
+    """(simulated ranks, ranks each represents): all ranks, one per pipeline stage
+    (folding), or one per tensor-parallel group (gangs)."""
+    if scenario.fold_ranks:
+        return list(program.representatives), None
+    if scenario.gangs:
+        represents = {g[0]: g[1:] for g in program.groups["tp"]}
+        return sorted(represents), represents
+    return None, None
+
+
+def _spans(result, nodes: list[int]) -> pd.DataFrame:
+    spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
+    spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
+    return spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
+                             ignore_index=True)
+
+
+def _stage_memory(program: Program, result, ranks) -> tuple[dict, dict]:
+    """Memory timeline of the first simulated rank of each stage, and its stage."""
+    firsts: dict[int, int] = {}
+    for rank in ranks:
+        firsts.setdefault(program.stage[rank] if program.stage else 0, rank)
+    memory = {r: memory_timeline(program.static_memory[r], result.memory_events[r])
+              for r in sorted(firsts.values())}
+    return memory, {r: s for s, r in firsts.items()}
+
+
 def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     """Simulate one training iteration of ``scenario``.
 
@@ -122,36 +150,23 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
                            scenario.compute_jitter)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    simulated, represents = None, None
-    if scenario.fold_ranks:
-        simulated = program.representatives
-    elif scenario.gangs:
-        represents = {g[0]: g[1:] for g in program.groups["tp"]}
-        simulated = sorted(represents)
+    simulated, represents = sharing(scenario, program)
     exclusive = exclusive_dimensions(program, fabric, placement) if represents else frozenset()
     result = Engine(program, placement, durations, fabric, lowering,
                     batch_compute=batch_compute, simulated=simulated, represents=represents,
                     layer_spans=scenario.layer_spans, exclusive=exclusive).run()
     nodes = [fabric.node_of(g) for g in placement]
-    spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
-    spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
-    spans = spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
-                              ignore_index=True)
-    comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))
+    spans = _spans(result, nodes)
     gpu = scenario.gpu
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, simulated)
     if represents:  # mates ran in lockstep with their representative: same spans
         spans = replicate(spans, represents, nodes)
-    summary["simulated_ranks"] = len(simulated) if simulated is not None else program.ranks
-    summary.update({k: v for k, v in program.notes.items()})
-    summary["events"] = result.events
-    summary["network_recomputes"] = result.network_recomputes
-    summary["wall_s"] = time.perf_counter() - wall
-    firsts: dict[int, int] = {}
-    for rank in (simulated if simulated is not None else range(program.ranks)):
-        firsts.setdefault(program.stage[rank] if program.stage else 0, rank)
-    memory = {r: memory_timeline(program.static_memory[r], result.memory_events[r])
-              for r in sorted(firsts.values())}
+    ranks = simulated if simulated is not None else range(program.ranks)
+    summary.update(simulated_ranks=len(ranks), **program.notes, events=result.events,
+                   network_recomputes=result.network_recomputes,
+                   wall_s=time.perf_counter() - wall)
+    memory, stages = _stage_memory(program, result, ranks)
+    comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))
     return RunResult(scenario, summary, spans, comms, list(placement), nodes, memory,
-                     {"stage": {r: s for s, r in firsts.items()}})
+                     {"stage": stages})
