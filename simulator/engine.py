@@ -49,7 +49,7 @@ import simpy
 
 from simulator.collectives import Lowered, execute
 from simulator.fabric import Fabric
-from simulator.ir import Collective, Op, OpKind, Program
+from simulator.ir import COMPUTE_STREAM, Collective, Op, OpKind, Program
 from simulator.network import Network
 
 Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes)
@@ -57,6 +57,33 @@ SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "micr
                 "layer", "bytes")
 COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
                       "algorithm", "protocol", "channels", "first_arrival", "start", "end")
+
+
+def segments(ops: tuple[Op, ...], compute: list[int], watched: list[bool]
+             ) -> dict[int, tuple[int, list[tuple[int, int]], float]]:
+    """Runs of compute-stream ops that can be planned at once: consecutive compute
+    ops of one layer, phase and micro-batch of which only the first has
+    dependencies. Keyed by the run's first stream position: (end position,
+    [(position, op index)] of ops others wait on or with memory events, bytes)."""
+    out: dict[int, tuple[int, list[tuple[int, int]], float]] = {}
+    pos = 0
+    while pos < len(compute):
+        first = ops[compute[pos]]
+        if first.kind is not OpKind.COMPUTE:
+            pos += 1
+            continue
+        key = (first.phase, first.microbatch, first.layer)
+        stop = pos + 1
+        while stop < len(compute):
+            op = ops[compute[stop]]
+            if op.kind is not OpKind.COMPUTE or op.deps or (op.phase, op.microbatch,
+                                                             op.layer) != key:
+                break
+            stop += 1
+        marks = [(q, compute[q]) for q in range(pos, stop) if watched[compute[q]]]
+        out[pos] = (stop, marks, sum(ops[compute[q]].bytes for q in range(pos, stop)))
+        pos = stop
+    return out
 
 
 class SimulationError(RuntimeError):
@@ -118,6 +145,8 @@ class Engine:
         self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
         self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
         self._alone_cache: dict[tuple, tuple[Lowered, float]] = {}
+        self._segments: dict[int, dict[int, tuple[int, list, float]]] = {}
+        self._cum: dict[int, list[float]] = {}  # per rank: compute stream duration prefix sums
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         self._batch = batch_compute  # False: one SimPy event per kernel (for tests)
@@ -147,12 +176,17 @@ class Engine:
                 layouts[id(ops)] = (streams, where)
             streams, self._where[rank] = layouts[id(ops)]
             self._streams[rank] = streams
-            durations = [float(x) for x in self._durations(rank)]
+            durations = durations_all = [float(x) for x in self._durations(rank)]
             if id(ops) not in self._phases:
                 self._phases[id(ops)] = [op.phase.value for op in ops]
                 depended = set(d for op in ops for d in op.deps)
                 self._watched[id(ops)] = [i in depended or bool(op.mem)
                                           for i, op in enumerate(ops)]
+                self._segments[id(ops)] = segments(ops, streams.get(COMPUTE_STREAM, []),
+                                                   self._watched[id(ops)])
+            if self._layer_spans and COMPUTE_STREAM in streams:
+                self._cum[rank] = list(np.concatenate(([0.0], np.cumsum(
+                    [durations_all[i] for i in streams[COMPUTE_STREAM]]))))
             for stream, indices in streams.items():
                 self._cursor[(rank, stream)] = 0
                 self.env.process(self._stream(rank, stream, indices, durations))
@@ -198,6 +232,7 @@ class Engine:
         ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
         phases, spans, compute = self._phases[id(ops)], self.spans, OpKind.COMPUTE
         watched = self._watched[id(ops)]
+        segs = self._segments[id(ops)] if self._layer_spans and self._batch else None
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
@@ -211,6 +246,23 @@ class Engine:
                 if start is None:
                     break
             t = start
+            if segs is not None and pos in segs:  # a whole segment at once
+                stop, marks, nbytes = segs[pos]
+                cum = self._cum[rank]
+                for q, k in marks:
+                    self._finish(rank, k, t + cum[q + 1] - cum[pos])
+                end = t + cum[stop] - cum[pos]
+                phase = phases[i]
+                if merged and merged[5] == t and merged[6] == phase and \
+                        merged[7] == op.microbatch and merged[8] == op.layer:
+                    merged[5], merged[9] = end, merged[9] + nbytes
+                else:
+                    if merged:
+                        spans.append(tuple(merged))
+                    merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
+                              phase, op.microbatch, op.layer, nbytes]
+                t, pos = end, stop
+                continue
             end = t + durations[i]
             phase = phases[i]
             if not self._layer_spans:
@@ -435,5 +487,6 @@ class Engine:
                 raise SimulationError(f"deadlock: {key[0]} message #{key[2]} of pair {key[1]} "
                                       "is received but never sent")
         for rank in self.simulated:
-            if any(t is None for t in self.done[rank]):
-                raise SimulationError(f"rank {rank} did not finish its program")
+            for stream, indices in self._streams[rank].items():
+                if self._cursor[(rank, stream)] < len(indices):
+                    raise SimulationError(f"rank {rank} did not finish its {stream} stream")
