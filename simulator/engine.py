@@ -355,14 +355,17 @@ class Engine:
         calls = {g: self._join(members, op) for g, members in groups.items()}
         own = calls[self._group_of[op.group][rank]]
         arrival = self.env.now
-        for call in calls.values():
-            yield call.done
+        yield self._all([call.done for call in calls.values()])
         if own.start > arrival:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, own.start,
                                op.phase.value, op.microbatch, op.layer, 0.0))
         self.spans.append((rank, op.stream, "comm", op.name, own.start, own.end,
                            op.phase.value, op.microbatch, op.layer, op.bytes))
         self._finish(rank, op_index, max(c.end for c in calls.values()))
+
+    def _all(self, events: list[simpy.Event]) -> simpy.Event:
+        """One event for several: the event itself, or a condition on all of them."""
+        return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
 
     def _alone(self, rank: int, op_index: int, op: Op, index: int, start: float) -> None:
         """A call on links no other traffic can use, with its whole group here at
@@ -440,8 +443,7 @@ class Engine:
         if message is None:
             message = self._messages[key] = _Message(self.env.event())
         if op.kind is OpKind.SEND:
-            pair = self.program.groups[op.group][pair_index]
-            self.env.process(self._transfer(message, pair, op, key))
+            self._transfer(message, self.program.groups[op.group][pair_index], op, key)
         return key, message
 
     def _p2p(self, rank: int, op_index: int, op: Op):
@@ -449,8 +451,7 @@ class Engine:
         for it (``wait`` until the transfer starts, ``comm`` while it flows)."""
         arrival = self.env.now
         mine = [self._message(r, op) for r in (rank, *self._mates.get(rank, ()))]
-        for _, other in mine:
-            yield other.done
+        yield self._all([m.done for _, m in mine])
         key, message = mine[0]
         start = max(arrival, message.start)
         if op.kind is OpKind.RECV and start > arrival:
@@ -465,16 +466,22 @@ class Engine:
                 del self._messages[other_key]
 
     def _transfer(self, message: _Message, pair: tuple[int, ...], op: Op,
-                  key: tuple[str, int, int]):
+                  key: tuple[str, int, int]) -> None:
+        """Start a message's transfer now; its event fires when it has arrived."""
         message.start = self.env.now
         gpus = [self.placement[pair[0]], self.placement[pair[1]]]
         lowered = self._lower(Collective.SEND_RECV, gpus, op.bytes)
-        yield from execute(self.network, lowered)
-        message.end = self.env.now
-        self.collectives.append((*key, "send_recv", op.name, 2, op.bytes,
-                                 lowered.algorithm.value, lowered.protocol.value,
-                                 lowered.channels, message.start, message.start, message.end))
-        message.done.succeed()
+
+        def arrived(_event=None) -> None:
+            message.end = self.env.now
+            self.collectives.append((*key, "send_recv", op.name, 2, op.bytes,
+                                     lowered.algorithm.value, lowered.protocol.value,
+                                     lowered.channels, message.start, message.start,
+                                     message.end))
+            message.done.succeed()
+
+        self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
+                              then=lowered.latency).callbacks.append(arrived)
 
     def _check_finished(self) -> None:
         for key, call in self._calls.items():

@@ -118,8 +118,13 @@ def sharing(scenario: Scenario, program: Program) -> tuple[list[int] | None, dic
     return None, None
 
 
+TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
+
+
 def _spans(result, nodes: list[int]) -> pd.DataFrame:
     spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
+    for column in TEXT_COLUMNS:
+        spans[column] = spans[column].astype("category")
     spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
     return spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
                              ignore_index=True)
