@@ -101,6 +101,12 @@ def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nd
 
     Returns (elapsed seconds, bytes each flow has left).
     """
+    if len(size) == 1:  # one flow alone runs at its route's narrowest link
+        rate = float(capacity[pair_link].min())
+        total = float(size[0]) / rate
+        if total <= until:
+            return total, np.zeros(1)
+        return until, np.array([max(0.0, float(size[0]) - rate * until)])
     remaining, elapsed = size.astype(float).copy(), 0.0
     while (remaining > 0).any():
         active = remaining[pair_flow] > 0
