@@ -118,11 +118,20 @@ def execute(network: Network, lowered: Lowered):
             yield network.env.timeout(lowered.step_latency)
 
 
+def isolated_run(fabric: Fabric, lowered: Lowered) -> tuple[float, int]:
+    """(seconds, SimPy events) of ``lowered`` alone on an idle fabric, simulated."""
+    env = simpy.Environment()
+    env.process(execute(Network(env, fabric.capacity), lowered))
+    events = 0
+    while env.peek() != float("inf"):
+        env.step()
+        events += 1
+    return env.now, events
+
+
 def isolated_time(fabric: Fabric, lowered: Lowered) -> float:
     """Seconds ``lowered`` takes alone on an idle fabric, simulated."""
-    env = simpy.Environment()
-    env.run(env.process(execute(Network(env, fabric.capacity), lowered)))
-    return env.now
+    return isolated_run(fabric, lowered)[0]
 
 
 class Collectives:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 import simpy
@@ -50,7 +51,7 @@ import simpy
 from simulator.collectives import Lowered, execute
 from simulator.fabric import Fabric
 from simulator.ir import COMPUTE_STREAM, Collective, Op, OpKind, Program
-from simulator.network import Network
+from simulator.network import Network, succeed_at
 
 Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes)
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
@@ -156,9 +157,17 @@ class Engine:
         self._waiters: dict[tuple[int, int], list[simpy.Event]] = {}
         self._calls: dict[tuple[str, int, int], _Call] = {}
         self._messages: dict[tuple[str, int, int], _Message] = {}
-        self._seq: list[dict[str, int]] = [{} for _ in program.ops]
+        self._seq: list[dict] = [{} for _ in program.ops]  # per rank: call counters
         self._group_of = {dim: {r: g for g, ranks in enumerate(groups) for r in ranks}
                           for dim, groups in program.groups.items()}
+        # Members of each group that arrive (simulated or represented), and the groups
+        # of exclusive dimensions one simulated rank's gang fills on its own.
+        self._expected = {(dim, g): sum(1 for r in ranks if r in self._arriving)
+                          for dim, groups in program.groups.items()
+                          for g, ranks in enumerate(groups)}
+        self._covered = {(dim, g) for dim in exclusive for g, ranks in enumerate(
+            program.groups.get(dim, ())) if any(
+                set(ranks) == {r, *self._mates.get(r, ())} for r in ranks if r in self._simulated)}
         self.spans: list[Span] = []
         self.collectives: list[tuple] = []
         self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
@@ -176,7 +185,7 @@ class Engine:
                 layouts[id(ops)] = (streams, where)
             streams, self._where[rank] = layouts[id(ops)]
             self._streams[rank] = streams
-            durations = durations_all = [float(x) for x in self._durations(rank)]
+            durations = [float(x) for x in self._durations(rank)]
             if id(ops) not in self._phases:
                 self._phases[id(ops)] = [op.phase.value for op in ops]
                 depended = set(d for op in ops for d in op.deps)
@@ -185,8 +194,8 @@ class Engine:
                 self._segments[id(ops)] = segments(ops, streams.get(COMPUTE_STREAM, []),
                                                    self._watched[id(ops)])
             if self._layer_spans and COMPUTE_STREAM in streams:
-                self._cum[rank] = list(np.concatenate(([0.0], np.cumsum(
-                    [durations_all[i] for i in streams[COMPUTE_STREAM]]))))
+                self._cum[rank] = list(accumulate(
+                    (durations[i] for i in streams[COMPUTE_STREAM]), initial=0.0))
             for stream, indices in streams.items():
                 self._cursor[(rank, stream)] = 0
                 self.env.process(self._stream(rank, stream, indices, durations))
@@ -228,17 +237,18 @@ class Engine:
 
     def _plan_compute(self, rank: int, indices: list[int], pos: int,
                       durations: list[float]) -> tuple[int, float]:
-        """Plan consecutive ready compute ops from ``pos``; return next pos and end time."""
+        """Plan consecutive ready compute ops from ``pos``; return next pos and end time.
+
+        With layer spans a whole segment (``segments``) is planned at once from the
+        duration prefix sums; otherwise one span per kernel.
+        """
         ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
-        phases, spans, compute = self._phases[id(ops)], self.spans, OpKind.COMPUTE
-        watched = self._watched[id(ops)]
-        segs = self._segments[id(ops)] if self._layer_spans and self._batch else None
+        phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
+        segs = self._segments[id(ops)] if self._layer_spans else None
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            if op.kind is not compute:
-                break
             if all(done[d] is not None and done[d] <= t for d in op.deps):
                 start = t
             else:
@@ -246,45 +256,34 @@ class Engine:
                 if start is None:
                     break
             t = start
-            if segs is not None and pos in segs:  # a whole segment at once
+            if segs is None:
+                end = t + durations[i]
+                spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
+                              op.microbatch, op.layer, op.bytes))
+                if watched[i]:
+                    self._finish(rank, i, end)
+                else:
+                    done[i] = end
+                t, pos = end, pos + 1
+            else:
                 stop, marks, nbytes = segs[pos]
                 cum = self._cum[rank]
                 for q, k in marks:
                     self._finish(rank, k, t + cum[q + 1] - cum[pos])
                 end = t + cum[stop] - cum[pos]
-                phase = phases[i]
-                if merged and merged[5] == t and merged[6] == phase and \
-                        merged[7] == op.microbatch and merged[8] == op.layer:
+                if merged and merged[5] == t and merged[6:9] == [phases[i], op.microbatch,
+                                                                 op.layer]:
                     merged[5], merged[9] = end, merged[9] + nbytes
                 else:
                     if merged:
                         spans.append(tuple(merged))
                     merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
-                              phase, op.microbatch, op.layer, nbytes]
+                              phases[i], op.microbatch, op.layer, nbytes]
                 t, pos = end, stop
-                continue
-            end = t + durations[i]
-            phase = phases[i]
-            if not self._layer_spans:
-                spans.append((rank, op.stream, "compute", op.name, t, end, phase,
-                               op.microbatch, op.layer, op.bytes))
-            elif merged and merged[5] == t and merged[6] == phase and merged[7] == op.microbatch \
-                    and merged[8] == op.layer:
-                merged[5], merged[9] = end, merged[9] + op.bytes
-            else:
-                if merged:
-                    spans.append(tuple(merged))
-                merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
-                          phase, op.microbatch, op.layer, op.bytes]
-            if watched[i]:
-                self._finish(rank, i, end)
-            else:
-                done[i] = end
-            t, pos = end, pos + 1
             if not self._batch:
                 break
         if merged:
-            self.spans.append(tuple(merged))
+            spans.append(tuple(merged))
         return pos, t
 
     def _ready_at(self, rank: int, op: Op, t: float) -> float | None:
@@ -311,12 +310,8 @@ class Engine:
         if self._cursor[(rank, stream)] != position:
             return None
         done = self.done[rank]
-        if any(done[d] is None for d in op.deps):
-            return None
         index = self._group_of[op.group][rank]
-        gang = (rank, *self._mates.get(rank, ()))
-        if sum(1 for r in gang if self._group_of[op.group][r] == index) != len(
-                self.program.groups[op.group][index]):
+        if (op.group, index) not in self._covered or any(done[d] is None for d in op.deps):
             return None
         previous = self._streams[rank][stream][position - 1] if position else None
         start = max([done[d] for d in op.deps]
@@ -339,21 +334,18 @@ class Engine:
         if waiters:
             delay = max(0.0, end - self.env.now)
             for event in waiters:  # wake them when the op ends, in one event each
-                event._ok, event._value = True, None  # what Event.succeed sets (SimPy 4)
-                self.env.schedule(event, delay=delay)
+                succeed_at(self.env, event, delay)
 
     def _collective(self, rank: int, op_index: int, op: Op):
+        index = self._group_of[op.group][rank]
+        if (op.group, index) in self._covered:
+            self._alone(rank, op_index, op, index, self.env.now)
+            return
         groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
         for r in (rank, *self._mates.get(rank, ())):
             groups.setdefault(self._group_of[op.group][r], []).append(r)
-        if op.group in self._exclusive and len(groups) == 1:
-            members = next(iter(groups.values()))
-            index = self._group_of[op.group][rank]
-            if len(members) == len(self.program.groups[op.group][index]):
-                self._alone(rank, op_index, op, index, self.env.now)
-                return
         calls = {g: self._join(members, op) for g, members in groups.items()}
-        own = calls[self._group_of[op.group][rank]]
+        own = calls[index]
         arrival = self.env.now
         yield self._all([call.done for call in calls.values()])
         if own.start > arrival:
@@ -397,8 +389,8 @@ class Engine:
         call = self._calls.get(key)
         if call is None:
             members = self.program.groups[op.group][group_index]
-            call = self._calls[key] = _Call(op, members, self.env.event(), expected=sum(
-                1 for r in members if r in self._arriving))
+            call = self._calls[key] = _Call(op, members, self.env.event(),
+                                            expected=self._expected[(op.group, group_index)])
         elif (call.op.collective, call.op.bytes) != (op.collective, op.bytes):
             raise SimulationError(
                 f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
@@ -435,9 +427,9 @@ class Engine:
     def _message(self, rank: int, op: Op) -> tuple[tuple[str, int, int], _Message]:
         """The message ``rank``'s next send or receive on ``op.group`` is part of."""
         pair_index = self._group_of[op.group][rank]
-        role = "send" if op.kind is OpKind.SEND else "recv"
-        seq = self._seq[rank].get(f"{op.group}:{role}", 0)
-        self._seq[rank][f"{op.group}:{role}"] = seq + 1
+        counter = (op.group, op.kind)  # sends and receives are numbered apart
+        seq = self._seq[rank].get(counter, 0)
+        self._seq[rank][counter] = seq + 1
         key = (op.group, pair_index, seq)
         message = self._messages.get(key)
         if message is None:

@@ -16,12 +16,9 @@ import re
 import time
 from dataclasses import dataclass
 
-import simpy
-
-from simulator.collectives import Collectives, execute
+from simulator.collectives import Collectives, isolated_run
 from simulator.fabric import Fabric
 from simulator.ir import Collective
-from simulator.network import Network
 
 DTYPES = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4,
           "double": 8, "int64": 8}
@@ -103,13 +100,8 @@ def time_alone(fabric: Fabric, tuner: Collectives, kind: Collective, gpus: list[
                size: int) -> tuple[float, int, str, str]:
     """(seconds, SimPy events, algorithm, protocol) of one call on an idle fabric."""
     lowered = tuner(kind, gpus, size)
-    env = simpy.Environment()
-    env.process(execute(Network(env, fabric.capacity), lowered))
-    events = 0
-    while env.peek() != float("inf"):
-        env.step()
-        events += 1
-    return env.now, events, lowered.algorithm.value, lowered.protocol.value
+    seconds, events = isolated_run(fabric, lowered)
+    return seconds, events, lowered.algorithm.value, lowered.protocol.value
 
 
 def sweep(fabric: Fabric, tuner: Collectives, kind: Collective, gpus: list[str],

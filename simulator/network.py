@@ -122,6 +122,13 @@ def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nd
     return elapsed, remaining
 
 
+def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
+    """Trigger ``event`` ``delay`` seconds from now in one SimPy event, as a
+    Timeout does (``succeed`` would trigger it now and need a second event)."""
+    event._ok, event._value = True, None  # what Event.succeed sets (SimPy 4)
+    env.schedule(event, delay=delay)
+
+
 class _Shape:
     """The flows of a transfer as arrays, shared by every transfer of one call shape."""
 
@@ -189,14 +196,9 @@ class Network:
         and solo duration are computed once.
         """
         done = self.env.event()
-        shape = self._shapes.get(key) if key is not None else None
+        shape = self._shape(routes, sizes, key)
         if shape is None:
-            keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
-            if not keep:
-                return self.env.timeout(then) if then > 0 else done.succeed()
-            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
-            if key is not None:
-                self._shapes[key] = shape
+            return self.env.timeout(then) if then > 0 else done.succeed()
         t = _Transfer(done, shape, self.env.now, key, then)
         owners = self._owner[t.links]
         solos = np.unique(owners[owners >= 0])
@@ -216,12 +218,26 @@ class Network:
     def isolated(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
                  key: Hashable | None = None) -> float:
         """Seconds these flows take alone on the fabric (cached per ``key``)."""
-        duration = self._durations.get(key) if key is not None else None
-        if duration is None:
+        shape = self._shape(routes, sizes, key)
+        return 0.0 if shape is None else self._alone_duration(shape, key)
+
+    def _shape(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
+               key: Hashable | None) -> _Shape | None:
+        """The flows as arrays (cached per ``key``); None when no flow carries bytes."""
+        shape = self._shapes.get(key) if key is not None else None
+        if shape is None:
             keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
             if not keep:
-                return 0.0
+                return None
             shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
+            if key is not None:
+                self._shapes[key] = shape
+        return shape
+
+    def _alone_duration(self, shape: _Shape | _Transfer, key: Hashable | None) -> float:
+        """Seconds ``shape``'s flows take alone (cached per ``key``)."""
+        duration = self._durations.get(key) if key is not None else None
+        if duration is None:
             duration = fluid_progress(shape.pair_flow, shape.pair_link, self.capacity,
                                       shape.size)[0]
             if key is not None:
@@ -233,11 +249,7 @@ class Network:
         return self._next_id
 
     def _start_solo(self, t: _Transfer) -> None:
-        duration = self._durations.get(t.key) if t.key is not None else None
-        if duration is None:
-            duration = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size)[0]
-            if t.key is not None:
-                self._durations[t.key] = duration
+        duration = self._alone_duration(t, t.key)
         ident = self._new_id()
         self._solos[ident] = t
         self._owner[t.links] = ident
@@ -253,8 +265,7 @@ class Network:
     def _complete(self, t: _Transfer) -> None:
         """Flows all ended: fire the transfer's event after its ``then`` delay."""
         if t.then > 0:
-            t.done._ok, t.done._value = True, None  # what Event.succeed sets (SimPy 4)
-            self.env.schedule(t.done, delay=t.then)
+            succeed_at(self.env, t.done, t.then)
         else:
             t.done.succeed()
 

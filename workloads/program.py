@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simulator.ir import COMPUTE_STREAM, Collective, KernelClass, Op, OpKind, Phase, Program
 from workloads import kernels as K
@@ -115,6 +116,16 @@ class _Context:
     @property
     def last_virtual(self) -> int:
         return len(self.chunks) - 1
+
+    @cached_property
+    def layer_sequence(self) -> list[K.Kernel | bool]:
+        """One layer's forward kernels with Megatron's f/g markers (same for every layer)."""
+        return _layer_sequence(K.layer_kernels(self.model, self.shard))
+
+    @cached_property
+    def layer_params(self) -> int:
+        """Parameters of one layer on one rank."""
+        return sum(k.params for k in K.layer_kernels(self.model, self.shard))
 
     @property
     def act_bytes(self) -> float:
@@ -230,7 +241,7 @@ def _layer_pass(b: _Stage, layer: int, mb: int, forward: bool, gather: int | Non
     """One layer's forward (or backward) on one micro-batch."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
-    sequence = _layer_sequence(K.layer_kernels(ctx.model, sh))
+    sequence = ctx.layer_sequence
     if not forward:
         sequence = sequence[::-1]
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
@@ -267,13 +278,9 @@ def _layer_memory(ctx: _Context) -> tuple[float, float]:
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE) - kept
 
 
-def _layer_params(ctx: _Context) -> int:
-    return sum(k.params for k in K.layer_kernels(ctx.model, ctx.shard))
-
-
 def _gather(b: _Stage, layer: int, phase: Phase, mb: int, after: int | None) -> int:
     """ZeRO-3/FSDP all-gather of one layer's parameters (non-blocking)."""
-    full = PARAM_BYTES * _layer_params(b.ctx)
+    full = PARAM_BYTES * b.ctx.layer_params
     grown = full * (1 - 1 / b.ctx.shards)
     group = "dp_shard" if _hybrid(b.ctx) else b.ctx.dp_group
     return b.collective(Collective.ALL_GATHER, full, DP_STREAM, group, phase, mb, layer,
@@ -293,7 +300,7 @@ def _chunk_layers(b: _Stage, layers: range, mb: int, forward: bool, record: bool
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
     kept, transient = _layer_memory(ctx)
-    gathered = PARAM_BYTES * _layer_params(ctx) * (1 - 1 / ctx.shards) if zero3 else 0.0
+    gathered = PARAM_BYTES * ctx.layer_params * (1 - 1 / ctx.shards) if zero3 else 0.0
     order = list(layers) if forward else list(layers)[::-1]
     pending = _gather(b, order[0], Phase.FORWARD if forward else Phase.BACKWARD, mb,
                       b.last_compute) if zero3 and regather and order else None
@@ -321,7 +328,7 @@ def _chunk_layers(b: _Stage, layers: range, mb: int, forward: bool, record: bool
 def _reduce_layer(b: _Stage, layer: int, mb: int) -> None:
     """ZeRO-3/FSDP: reduce-scatter a layer's gradients (and all-reduce the shard
     across replicas with hybrid sharding) after its last backward."""
-    full = GRAD_BYTES * _layer_params(b.ctx)
+    full = GRAD_BYTES * b.ctx.layer_params
     hybrid = _hybrid(b.ctx)
     i = b.collective(Collective.REDUCE_SCATTER, full, DP_STREAM,
                      "dp_shard" if hybrid else b.ctx.dp_group, Phase.BACKWARD, mb, layer,
@@ -427,7 +434,7 @@ def _stage_params(ctx: _Context, stage: int) -> int:
     """Parameters one rank of ``stage`` holds (tensor-parallel shard)."""
     p = ctx.parallel.pp
     owned = [k for k in range(len(ctx.chunks)) if k % p == stage]
-    total = sum(len(ctx.chunks[k]) for k in owned) * _layer_params(ctx)
+    total = sum(len(ctx.chunks[k]) for k in owned) * ctx.layer_params
     if 0 in owned:
         total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
     if ctx.last_virtual in owned:
