@@ -145,7 +145,7 @@ class Engine:
         self._streams: dict[int, dict[str, list[int]]] = {}
         self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
         self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
-        self._alone_cache: dict[tuple, tuple[Lowered, float]] = {}
+        self._alone_cache: dict[tuple, tuple[float, tuple]] = {}
         self._segments: dict[int, dict[int, tuple[int, list, float]]] = {}
         self._cum: dict[int, list[float]] = {}  # per rank: compute stream duration prefix sums
         self.program, self.placement, self.fabric = program, placement, fabric
@@ -362,18 +362,20 @@ class Engine:
     def _alone(self, rank: int, op_index: int, op: Op, index: int, start: float) -> None:
         """A call on links no other traffic can use, with its whole group here at
         ``start``: it ends at its isolated time plus latency."""
-        members = self.program.groups[op.group][index]
-        cache_key = (id(self.program.ops[rank]), op_index, index)
+        cache_key = (op.group, index, op.collective, op.bytes)
         cached = self._alone_cache.get(cache_key)
         if cached is None:
+            members = self.program.groups[op.group][index]
             lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
-            cached = self._alone_cache[cache_key] = (lowered, self.network.isolated(
-                lowered.routes, lowered.sizes, lowered.key) + lowered.latency)
-        lowered, duration = cached
+            duration = self.network.isolated(lowered.routes, lowered.sizes,
+                                             lowered.key) + lowered.latency
+            cached = self._alone_cache[cache_key] = (duration, (
+                len(members), op.bytes, lowered.algorithm.value, lowered.protocol.value,
+                lowered.channels))
+        duration, row = cached
         end = start + duration
-        self.collectives.append((op.group, index, -1, op.collective.value, op.name,
-                                 len(members), op.bytes, lowered.algorithm.value,
-                                 lowered.protocol.value, lowered.channels, start, start, end))
+        self.collectives.append((op.group, index, -1, op.collective.value, op.name, *row,
+                                 start, start, end))
         self.spans.append((rank, op.stream, "comm", op.name, start, end, op.phase.value,
                            op.microbatch, op.layer, op.bytes))
         self._finish(rank, op_index, end)
@@ -434,8 +436,6 @@ class Engine:
         message = self._messages.get(key)
         if message is None:
             message = self._messages[key] = _Message(self.env.event())
-        if op.kind is OpKind.SEND:
-            self._transfer(message, self.program.groups[op.group][pair_index], op, key)
         return key, message
 
     def _p2p(self, rank: int, op_index: int, op: Op):
@@ -443,6 +443,8 @@ class Engine:
         for it (``wait`` until the transfer starts, ``comm`` while it flows)."""
         arrival = self.env.now
         mine = [self._message(r, op) for r in (rank, *self._mates.get(rank, ()))]
+        if op.kind is OpKind.SEND:
+            self._send(mine, op)
         yield self._all([m.done for _, m in mine])
         key, message = mine[0]
         start = max(arrival, message.start)
@@ -457,23 +459,38 @@ class Engine:
             for other_key, _ in mine:
                 del self._messages[other_key]
 
-    def _transfer(self, message: _Message, pair: tuple[int, ...], op: Op,
-                  key: tuple[str, int, int]) -> None:
-        """Start a message's transfer now; its event fires when it has arrived."""
-        message.start = self.env.now
-        gpus = [self.placement[pair[0]], self.placement[pair[1]]]
-        lowered = self._lower(Collective.SEND_RECV, gpus, op.bytes)
+    def _send(self, messages: list[tuple[tuple[str, int, int], _Message]], op: Op) -> None:
+        """Start a gang's messages now, batched per latency: one rate computation for
+        the lot (the mates send in lockstep), each message ending with its own flows."""
+        batches: dict[float, list] = {}
+        for key, message in messages:
+            message.start = self.env.now
+            pair = self.program.groups[op.group][key[1]]
+            lowered = self._lower(Collective.SEND_RECV, [self.placement[pair[0]],
+                                                         self.placement[pair[1]]], op.bytes)
+            batches.setdefault(lowered.latency, []).append((key, message, lowered))
+        for latency, batch in batches.items():
+            for key, message, lowered in batch:  # log the message before waking anyone
+                message.done.callbacks.insert(0, self._arrived(key, message, lowered, op))
+            if len(batch) == 1:
+                lowered = batch[0][2]
+                self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
+                                      then=latency, done=batch[0][1].done)
+            else:
+                self.network.transfer_batch(
+                    [(lowered.routes, lowered.sizes) for _, _, lowered in batch],
+                    key=("batch", *(lowered.key for _, _, lowered in batch)), then=latency,
+                    events=[message.done for _, message, _ in batch])
 
+    def _arrived(self, key: tuple, message: _Message, lowered: Lowered, op: Op) -> Callable:
+        """The callback that logs a message when it arrives."""
         def arrived(_event=None) -> None:
             message.end = self.env.now
             self.collectives.append((*key, "send_recv", op.name, 2, op.bytes,
                                      lowered.algorithm.value, lowered.protocol.value,
                                      lowered.channels, message.start, message.start,
                                      message.end))
-            message.done.succeed()
-
-        self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
-                              then=lowered.latency).callbacks.append(arrived)
+        return arrived
 
     def _check_finished(self) -> None:
         for key, call in self._calls.items():

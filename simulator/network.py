@@ -122,6 +122,29 @@ def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nd
     return elapsed, remaining
 
 
+def fluid_finish_times(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
+                       size: np.ndarray) -> np.ndarray:
+    """Seconds until each flow ends when the flows run alone on the links.
+
+    >>> fluid_finish_times(np.array([0, 1]), np.array([0, 0]), np.array([2.0]),
+    ...                    np.array([2.0, 6.0])).tolist()
+    [2.0, 4.0]
+    """
+    remaining, elapsed = size.astype(float).copy(), 0.0
+    ends = np.zeros(len(size))
+    while (remaining > 0).any():
+        active = remaining[pair_flow] > 0
+        rates = max_min_rates(pair_flow[active], pair_link[active], capacity, len(size))
+        live = remaining > 0
+        step = float(np.min(remaining[live] / rates[live]))
+        remaining[live] -= rates[live] * step
+        elapsed += step
+        ended = live & _finished(remaining, size, rates)
+        remaining[ended] = 0.0
+        ends[ended] = elapsed
+    return ends
+
+
 def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """Trigger ``event`` ``delay`` seconds from now in one SimPy event, as a
     Timeout does (``succeed`` would trigger it now and need a second event)."""
@@ -132,10 +155,15 @@ def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None
 class _Shape:
     """The flows of a transfer as arrays, shared by every transfer of one call shape."""
 
-    __slots__ = ("size", "pair_flow", "pair_link", "links")
+    __slots__ = ("size", "pair_flow", "pair_link", "links", "part_flows", "part_ends")
 
-    def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
+    def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
+                 part_of: Sequence[int] | None = None, parts: int = 0) -> None:
         self.size = np.asarray(sizes, dtype=float)
+        # per part of a batched transfer: its flows; and its alone durations (lazily)
+        self.part_flows = None if part_of is None else [
+            np.flatnonzero(np.asarray(part_of) == p) for p in range(parts)]
+        self.part_ends: list[float] | None = None
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
         self.pair_link = np.fromiter((link for r in routes for link in r), dtype=np.int64,
@@ -145,11 +173,15 @@ class _Shape:
 
 class _Transfer:
     __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
-                 "start", "key", "then")
+                 "start", "key", "then", "shape", "parts")
 
     def __init__(self, done: simpy.Event, shape: _Shape, start: float,
-                 key: Hashable | None, then: float) -> None:
+                 key: Hashable | None, then: float,
+                 parts: list[simpy.Event] | None = None) -> None:
         self.done, self.start, self.key, self.then = done, start, key, then
+        self.shape = shape
+        # a batch's parts not yet fired: part index -> its event
+        self.parts = None if parts is None else dict(enumerate(parts))
         self.size, self.pair_flow = shape.size, shape.pair_flow
         self.pair_link, self.links = shape.pair_link, shape.links
         self.remaining = self.size.copy()
@@ -188,32 +220,66 @@ class Network:
         self.recomputes = 0
 
     def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
-                 key: Hashable | None = None, then: float = 0.0) -> simpy.Event:
-        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event fires ``then``
-        seconds after all have ended (a caller's latency, folded in to save events).
+                 key: Hashable | None = None, then: float = 0.0,
+                 done: simpy.Event | None = None) -> simpy.Event:
+        """Start flows ``sizes[i]`` bytes along ``routes[i]``; the event (``done``, or a
+        new one) fires ``then`` seconds after all have ended (a caller's latency,
+        folded in to save events).
 
         ``key`` names the call's shape (same routes and sizes) so that its arrays
         and solo duration are computed once.
         """
-        done = self.env.event()
+        done = self.env.event() if done is None else done
         shape = self._shape(routes, sizes, key)
         if shape is None:
-            return self.env.timeout(then) if then > 0 else done.succeed()
-        t = _Transfer(done, shape, self.env.now, key, then)
+            succeed_at(self.env, done, then)
+            return done
+        self._start(_Transfer(done, shape, self.env.now, key, then))
+        return done
+
+    def transfer_batch(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
+                       key: Hashable | None = None, then: float = 0.0,
+                       events: list[simpy.Event] | None = None) -> list[simpy.Event]:
+        """Start several transfers (``(routes, sizes)`` each) at once; one event per
+        transfer (``events``, or new ones), each firing ``then`` seconds after its
+        own flows have ended.
+
+        The same rates and ends as starting them one by one at this instant, with
+        one rate computation instead of one per transfer (a gang's messages).
+        """
+        events = [self.env.event() for _ in calls] if events is None else events
+        shape = self._shapes.get(key) if key is not None else None
+        if shape is None:
+            routes = [r for rs, _ in calls for r in rs]
+            sizes = [x for _, xs in calls for x in xs]
+            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
+            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        if shape is None:
+            for event in events:
+                succeed_at(self.env, event, then)
+            return events
+        t = _Transfer(None, shape, self.env.now, key, then, events)
+        for p, flows in enumerate(shape.part_flows):
+            if len(flows) == 0:
+                self._fire(t, p)
+        self._start(t)
+        return events
+
+    def _start(self, t: _Transfer) -> None:
+        """Run ``t`` solo if its links are free, else in a component with their users."""
         owners = self._owner[t.links]
         solos = np.unique(owners[owners >= 0])
         touched = self._component_of[t.links]
         components = np.unique(touched[touched >= 0])
         if len(solos) == 0 and len(components) == 0:
             self._start_solo(t)
-            return done
+            return
         merged = [t] + [self._from_solo(self._solos.pop(i)) for i in solos.tolist()]
         for ident in components.tolist():
             component = self._components.pop(ident)
             self._advance(component)
             merged += component.transfers
         self._reschedule(self._new_component(merged))
-        return done
 
     def isolated(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
                  key: Hashable | None = None) -> float:
@@ -222,14 +288,16 @@ class Network:
         return 0.0 if shape is None else self._alone_duration(shape, key)
 
     def _shape(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
-               key: Hashable | None) -> _Shape | None:
+               key: Hashable | None, part_of: Sequence[int] | None = None,
+               parts: int = 0) -> _Shape | None:
         """The flows as arrays (cached per ``key``); None when no flow carries bytes."""
         shape = self._shapes.get(key) if key is not None else None
         if shape is None:
             keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
             if not keep:
                 return None
-            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
+            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep],
+                           None if part_of is None else [part_of[i] for i in keep], parts)
             if key is not None:
                 self._shapes[key] = shape
         return shape
@@ -254,6 +322,28 @@ class Network:
         self._solos[ident] = t
         self._owner[t.links] = ident
         self.env.timeout(duration).callbacks.append(lambda _event: self._solo_done(ident))
+        if t.parts:  # parts that end before the last: one timeout per distinct end
+            ends: dict[float, list[int]] = {}
+            for p in t.parts:
+                ends.setdefault(self._part_ends(t.shape)[p], []).append(p)
+            for end, parts in ends.items():
+                if end < duration:
+                    self.env.timeout(end).callbacks.append(
+                        lambda _event, parts=parts: self._solo_parts(ident, t, parts))
+
+    def _part_ends(self, shape: _Shape) -> list[float]:
+        """Seconds each part of a batch takes alone (cached on its shape)."""
+        if shape.part_ends is None:
+            ends = fluid_finish_times(shape.pair_flow, shape.pair_link, self.capacity,
+                                      shape.size)
+            shape.part_ends = [float(ends[f].max()) if len(f) else 0.0
+                               for f in shape.part_flows]
+        return shape.part_ends
+
+    def _solo_parts(self, ident: int, t: _Transfer, parts: list[int]) -> None:
+        if self._solos.get(ident) is t:  # still solo: these parts have ended
+            for p in parts:
+                self._fire(t, p)
 
     def _solo_done(self, ident: int) -> None:
         t = self._solos.pop(ident, None)
@@ -262,9 +352,18 @@ class Network:
         self._owner[t.links] = -1
         self._complete(t)
 
+    def _fire(self, t: _Transfer, part: int) -> None:
+        """Part ``part`` of a batch has ended (if not fired yet): fire its event."""
+        event = t.parts.pop(part, None)
+        if event is not None:
+            succeed_at(self.env, event, t.then)
+
     def _complete(self, t: _Transfer) -> None:
         """Flows all ended: fire the transfer's event after its ``then`` delay."""
-        if t.then > 0:
+        if t.parts is not None:
+            for p in list(t.parts):
+                self._fire(t, p)
+        elif t.then > 0:
             succeed_at(self.env, t.done, t.then)
         else:
             t.done.succeed()
@@ -298,6 +397,9 @@ class Network:
         for t in component.transfers:
             finished = _finished(t.remaining, t.size, t.rate)
             t.remaining[finished] = 0.0
+            if t.parts:
+                for p in [p for p in t.parts if finished[t.shape.part_flows[p]].all()]:
+                    self._fire(t, p)
             if finished.all():
                 self._component_of[t.links] = -1
                 self._complete(t)

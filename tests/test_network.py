@@ -126,3 +126,52 @@ def test_more_bandwidth_never_slows_a_transfer(case, which, factor, sizes):
     faster = capacity.copy()
     faster[which % len(capacity)] *= factor
     assert time_with(faster) <= time_with(capacity) * (1 + 1e-9)
+
+
+def run_with_batch(capacity, background, parts, batched, then=0.0):
+    """Ends of ``parts`` (routes, sizes each) started together at t=1, batched or one
+    by one, next to ``background`` transfers (start, routes, sizes)."""
+    env = simpy.Environment()
+    net = Network(env, np.asarray(capacity, dtype=float))
+    ends = [None] * len(parts)
+
+    def waiter(i, event):
+        yield event
+        ends[i] = env.now
+
+    def background_transfer(start, routes, sizes):
+        yield env.timeout(start)
+        yield net.transfer(routes, sizes)
+
+    def starter():
+        yield env.timeout(1.0)
+        if batched:
+            events = net.transfer_batch(parts, key="b", then=then)
+        else:
+            events = [net.transfer(routes, sizes, then=then) for routes, sizes in parts]
+        for i, event in enumerate(events):
+            env.process(waiter(i, event))
+
+    for b in background:
+        env.process(background_transfer(*b))
+    env.process(starter())
+    env.run()
+    return ends
+
+
+route = st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True).map(tuple)
+transfer_strategy = st.tuples(st.lists(route, min_size=1, max_size=3),
+                              st.lists(st.floats(0.0, 50.0), min_size=3, max_size=3))
+
+
+@given(st.lists(transfer_strategy, min_size=1, max_size=4),
+       st.lists(st.tuples(st.floats(0.0, 3.0), transfer_strategy), max_size=3),
+       st.sampled_from([0.0, 0.25]))
+@settings(max_examples=80, deadline=None)
+def test_a_batch_ends_each_part_as_separate_transfers_would(parts, background, then):
+    parts = [(routes, sizes[:len(routes)]) for routes, sizes in parts]
+    background = [(t, routes, sizes[:len(routes)]) for t, (routes, sizes) in background]
+    capacity = [10.0, 4.0, 7.0, 2.5]
+    separate = run_with_batch(capacity, background, parts, batched=False, then=then)
+    batched = run_with_batch(capacity, background, parts, batched=True, then=then)
+    assert batched == pytest.approx(separate, rel=1e-9, abs=1e-12)
