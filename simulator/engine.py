@@ -141,11 +141,12 @@ class Engine:
         self._layer_spans = layer_spans
         self._exclusive = exclusive
         self._cursor: dict[tuple[int, str], int] = {}  # next op position on each stream
-        self._where: dict[int, dict[int, tuple[str, int]]] = {}
         self._streams: dict[int, dict[str, list[int]]] = {}
         self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
         self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
-        self._alone_cache: dict[tuple, tuple[float, tuple]] = {}
+        self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
+        self._send_plans: dict[tuple, list[tuple]] = {}
+        self._inlinable: dict[int, list[tuple | None]] = {}
         self._segments: dict[int, dict[int, tuple[int, list, float]]] = {}
         self._cum: dict[int, list[float]] = {}  # per rank: compute stream duration prefix sums
         self.program, self.placement, self.fabric = program, placement, fabric
@@ -183,7 +184,7 @@ class Engine:
                     where[i] = (op.stream, len(streams.setdefault(op.stream, [])))
                     streams[op.stream].append(i)
                 layouts[id(ops)] = (streams, where)
-            streams, self._where[rank] = layouts[id(ops)]
+            streams, where = layouts[id(ops)]
             self._streams[rank] = streams
             durations = [float(x) for x in self._durations(rank)]
             if id(ops) not in self._phases:
@@ -193,6 +194,7 @@ class Engine:
                                           for i, op in enumerate(ops)]
                 self._segments[id(ops)] = segments(ops, streams.get(COMPUTE_STREAM, []),
                                                    self._watched[id(ops)])
+                self._inlinable[id(ops)] = self._inline_places(ops, streams, where)
             if self._layer_spans and COMPUTE_STREAM in streams:
                 self._cum[rank] = list(accumulate(
                     (durations[i] for i in streams[COMPUTE_STREAM]), initial=0.0))
@@ -209,6 +211,17 @@ class Engine:
         self._check_finished()
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
                             self.network.recomputes)
+
+    def _inline_places(self, ops: tuple[Op, ...], streams: dict[str, list[int]],
+                       where: dict[int, tuple[str, int]]) -> list[tuple | None]:
+        """Per op: (stream, position, previous op on the stream) for collectives on
+        exclusive dimensions, which may run inline; None for the rest."""
+        out: list[tuple | None] = [None] * len(ops)
+        for i, op in enumerate(ops):
+            if op.kind is OpKind.COLLECTIVE and op.group in self._exclusive:
+                stream, position = where[i]
+                out[i] = (stream, position, streams[stream][position - 1] if position else None)
+        return out
 
     def _stream(self, rank: int, stream: str, indices: list[int], durations: list[float]):
         env, ops, done = self.env, self.program.ops[rank], self.done[rank]
@@ -303,17 +316,17 @@ class Engine:
         """Run an exclusive-link collective now, at its planned time, if it is next on
         its stream, its inputs' ends are known, and this rank's gang is its whole
         group; return its end, or None."""
-        op = self.program.ops[rank][op_index]
-        if op.kind is not OpKind.COLLECTIVE or op.group not in self._exclusive:
+        ops = self.program.ops[rank]
+        where = self._inlinable[id(ops)][op_index]
+        if where is None:
             return None
-        stream, position = self._where[rank][op_index]
+        stream, position, previous = where
         if self._cursor[(rank, stream)] != position:
             return None
-        done = self.done[rank]
+        op, done = ops[op_index], self.done[rank]
         index = self._group_of[op.group][rank]
         if (op.group, index) not in self._covered or any(done[d] is None for d in op.deps):
             return None
-        previous = self._streams[rank][stream][position - 1] if position else None
         start = max([done[d] for d in op.deps]
                     + ([done[previous]] if previous is not None else []) + [self.env.now])
         self._cursor[(rank, stream)] = position + 1
@@ -369,15 +382,15 @@ class Engine:
             lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
             duration = self.network.isolated(lowered.routes, lowered.sizes,
                                              lowered.key) + lowered.latency
-            cached = self._alone_cache[cache_key] = (duration, (
+            cached = self._alone_cache[cache_key] = (duration, op.collective.value, (
                 len(members), op.bytes, lowered.algorithm.value, lowered.protocol.value,
                 lowered.channels))
-        duration, row = cached
+        duration, kind, row = cached
         end = start + duration
-        self.collectives.append((op.group, index, -1, op.collective.value, op.name, *row,
-                                 start, start, end))
-        self.spans.append((rank, op.stream, "comm", op.name, start, end, op.phase.value,
-                           op.microbatch, op.layer, op.bytes))
+        self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start, end))
+        self.spans.append((rank, op.stream, "comm", op.name, start, end,
+                           self._phases[id(self.program.ops[rank])][op_index], op.microbatch,
+                           op.layer, op.bytes))
         self._finish(rank, op_index, end)
 
     def _join(self, ranks: list[int], op: Op) -> _Call:
@@ -462,25 +475,38 @@ class Engine:
     def _send(self, messages: list[tuple[tuple[str, int, int], _Message]], op: Op) -> None:
         """Start a gang's messages now, batched per latency: one rate computation for
         the lot (the mates send in lockstep), each message ending with its own flows."""
-        batches: dict[float, list] = {}
-        for key, message in messages:
-            message.start = self.env.now
-            pair = self.program.groups[op.group][key[1]]
-            lowered = self._lower(Collective.SEND_RECV, [self.placement[pair[0]],
-                                                         self.placement[pair[1]]], op.bytes)
-            batches.setdefault(lowered.latency, []).append((key, message, lowered))
-        for latency, batch in batches.items():
-            for key, message, lowered in batch:  # log the message before waking anyone
-                message.done.callbacks.insert(0, self._arrived(key, message, lowered, op))
+        for latency, batch, calls, key in self._send_plan(op, [k[1] for k, _ in messages]):
+            for i, lowered in batch:  # log each message before waking anyone
+                message_key, message = messages[i]
+                message.start = self.env.now
+                message.done.callbacks.insert(0, self._arrived(message_key, message, lowered,
+                                                               op))
             if len(batch) == 1:
-                lowered = batch[0][2]
-                self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
-                                      then=latency, done=batch[0][1].done)
+                (routes, sizes), = calls
+                self.network.transfer(routes, sizes, key=key, then=latency,
+                                      done=messages[batch[0][0]][1].done)
             else:
-                self.network.transfer_batch(
-                    [(lowered.routes, lowered.sizes) for _, _, lowered in batch],
-                    key=("batch", *(lowered.key for _, _, lowered in batch)), then=latency,
-                    events=[message.done for _, message, _ in batch])
+                self.network.transfer_batch(calls, key=key, then=latency,
+                                            events=[messages[i][1].done for i, _ in batch])
+
+    def _send_plan(self, op: Op, pairs: list[int]) -> list[tuple]:
+        """How a gang's sends on these pairs go out (cached): per latency, the
+        messages (position, lowering), their flows and a shape key."""
+        cache_key = (op.group, tuple(pairs), op.bytes)
+        plan = self._send_plans.get(cache_key)
+        if plan is None:
+            batches: dict[float, list] = {}
+            for i, pair_index in enumerate(pairs):
+                pair = self.program.groups[op.group][pair_index]
+                lowered = self._lower(Collective.SEND_RECV, [self.placement[pair[0]],
+                                                             self.placement[pair[1]]], op.bytes)
+                batches.setdefault(lowered.latency, []).append((i, lowered))
+            plan = self._send_plans[cache_key] = [
+                (latency, batch, [(lowered.routes, lowered.sizes) for _, lowered in batch],
+                 batch[0][1].key if len(batch) == 1 else
+                 ("batch", *(lowered.key for _, lowered in batch)))
+                for latency, batch in batches.items()]
+        return plan
 
     def _arrived(self, key: tuple, message: _Message, lowered: Lowered, op: Op) -> Callable:
         """The callback that logs a message when it arrives."""

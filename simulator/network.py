@@ -40,11 +40,12 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     """
     if len(pair_flow) <= SMALL:
         return _max_min_small(pair_flow.tolist(), pair_link.tolist(), capacity, flows)
+    used_links, pair_link = np.unique(pair_link, return_inverse=True)  # only links in use
     rates = np.zeros(flows)
     frozen = np.zeros(flows, dtype=bool)
-    remaining = capacity.astype(float)
+    remaining = capacity[used_links].astype(float)
     active = np.ones(len(pair_flow), dtype=bool)
-    links = len(capacity)
+    links = len(used_links)
     while active.any():
         counts = np.bincount(pair_link[active], minlength=links)
         used = counts > 0
@@ -61,7 +62,7 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     return rates
 
 
-SMALL = 48  # below this many (flow, link) pairs plain Python beats numpy's call overhead
+SMALL = 80  # below this many (flow, link) pairs plain Python beats numpy's call overhead
 
 
 def _max_min_small(pair_flow: list[int], pair_link: list[int], capacity: np.ndarray,

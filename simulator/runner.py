@@ -99,12 +99,25 @@ def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
     for rep, a, b in zip(represents, starts, ends, strict=True):
         for rank in (rep, *represents[rep]):
             by_rank[rank] = (rep, a, b)
-    order = np.concatenate([np.arange(a, b) for _, (_, a, b) in sorted(by_rank.items())])
-    out = spans.take(order).reset_index(drop=True)
-    ranks = np.concatenate([np.full(b - a, rank) for rank, (_, a, b) in sorted(by_rank.items())])
-    out["rank"] = ranks
-    out["node"] = np.asarray(nodes)[ranks]
-    return out
+    order = sorted(by_rank)
+    blocks = [by_rank[rank][1:] for rank in order]
+    lengths = [b - a for a, b in blocks]
+
+    def copied(values: np.ndarray) -> np.ndarray:  # block copies: much faster than a take
+        return np.concatenate([values[a:b] for a, b in blocks])
+
+    columns = {}
+    for name, column in spans.items():
+        if name == "rank":
+            columns[name] = np.repeat(np.asarray(order, dtype=column.dtype), lengths)
+        elif name == "node":
+            columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
+        elif isinstance(column.dtype, pd.CategoricalDtype):
+            columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
+                                                      dtype=column.dtype)
+        else:
+            columns[name] = copied(column.to_numpy())
+    return pd.DataFrame(columns, copy=False)
 
 
 def sharing(scenario: Scenario, program: Program) -> tuple[list[int] | None, dict | None]:
