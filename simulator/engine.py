@@ -53,9 +53,9 @@ from simulator.fabric import Fabric
 from simulator.ir import COMPUTE_STREAM, Collective, Op, OpKind, Program
 from simulator.network import Network, succeed_at
 
-Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes)
+Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes, call)
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
-                "layer", "bytes")
+                "layer", "bytes", "call")  # call: row of the collectives log, -1 for compute
 COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
                       "algorithm", "protocol", "channels", "first_arrival", "start", "end")
 
@@ -102,6 +102,7 @@ class _Call:
     expected: int = 0  # members that will arrive: the simulated ones
     start: float = 0.0
     end: float = 0.0
+    row: int = -1  # its row in the collectives log, once finished
 
 
 @dataclass
@@ -111,6 +112,7 @@ class _Message:
     done: simpy.Event
     start: float | None = None
     end: float | None = None
+    row: int = -1
 
 
 @dataclass
@@ -120,6 +122,7 @@ class EngineResult:
     memory_events: list[list[tuple[float, float, str]]]  # per rank: (time, delta, category)
     events: int
     network_recomputes: int
+    mate_calls: dict[int, dict[int, int]] = field(default_factory=dict)
 
 
 class Engine:
@@ -171,6 +174,8 @@ class Engine:
                 set(ranks) == {r, *self._mates.get(r, ())} for r in ranks if r in self._simulated)}
         self.spans: list[Span] = []
         self.collectives: list[tuple] = []
+        # gangs: mate rank -> {representative's log row: the mate's own row}
+        self.mate_calls: dict[int, dict[int, int]] = {}
         self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
 
     def run(self) -> EngineResult:
@@ -210,7 +215,7 @@ class Engine:
             pass
         self._check_finished()
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
-                            self.network.recomputes)
+                            self.network.recomputes, self.mate_calls)
 
     def _inline_places(self, ops: tuple[Op, ...], streams: dict[str, list[int]],
                        where: dict[int, tuple[str, int]]) -> list[tuple | None]:
@@ -272,7 +277,7 @@ class Engine:
             if segs is None:
                 end = t + durations[i]
                 spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
-                              op.microbatch, op.layer, op.bytes))
+                              op.microbatch, op.layer, op.bytes, -1))
                 if watched[i]:
                     self._finish(rank, i, end)
                 else:
@@ -291,7 +296,7 @@ class Engine:
                     if merged:
                         spans.append(tuple(merged))
                     merged = [rank, op.stream, "compute", f"layer {op.layer}", t, end,
-                              phases[i], op.microbatch, op.layer, nbytes]
+                              phases[i], op.microbatch, op.layer, nbytes, -1]
                 t, pos = end, stop
             if not self._batch:
                 break
@@ -363,9 +368,13 @@ class Engine:
         yield self._all([call.done for call in calls.values()])
         if own.start > arrival:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, own.start,
-                               op.phase.value, op.microbatch, op.layer, 0.0))
+                               op.phase.value, op.microbatch, op.layer, 0.0, own.row))
         self.spans.append((rank, op.stream, "comm", op.name, own.start, own.end,
-                           op.phase.value, op.microbatch, op.layer, op.bytes))
+                           op.phase.value, op.microbatch, op.layer, op.bytes, own.row))
+        for g, members in groups.items():
+            if g != index:  # mates in other groups: their own call's log row
+                for mate in members:
+                    self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
         self._finish(rank, op_index, max(c.end for c in calls.values()))
 
     def _all(self, events: list[simpy.Event]) -> simpy.Event:
@@ -387,10 +396,10 @@ class Engine:
                 lowered.channels))
         duration, kind, row = cached
         end = start + duration
-        self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start, end))
         self.spans.append((rank, op.stream, "comm", op.name, start, end,
                            self._phases[id(self.program.ops[rank])][op_index], op.microbatch,
-                           op.layer, op.bytes))
+                           op.layer, op.bytes, len(self.collectives)))
+        self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start, end))
         self._finish(rank, op_index, end)
 
     def _join(self, ranks: list[int], op: Op) -> _Call:
@@ -426,7 +435,7 @@ class Engine:
         lowered = self._lower(kind, gpus, call.op.bytes)
 
         def finished(_event=None) -> None:
-            call.end = self.env.now
+            call.end, call.row = self.env.now, len(self.collectives)
             self.collectives.append((*key, kind.value, call.op.name, len(call.members),
                                      call.op.bytes, lowered.algorithm.value,
                                      lowered.protocol.value, lowered.channels,
@@ -463,10 +472,12 @@ class Engine:
         start = max(arrival, message.start)
         if op.kind is OpKind.RECV and start > arrival:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, start,
-                               op.phase.value, op.microbatch, op.layer, 0.0))
+                               op.phase.value, op.microbatch, op.layer, 0.0, message.row))
         if message.end > start:
             self.spans.append((rank, op.stream, "comm", op.name, start, message.end,
-                               op.phase.value, op.microbatch, op.layer, op.bytes))
+                               op.phase.value, op.microbatch, op.layer, op.bytes, message.row))
+        for mate, (_, other) in zip(self._mates.get(rank, ()), mine[1:], strict=True):
+            self.mate_calls.setdefault(mate, {})[message.row] = other.row
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
@@ -511,7 +522,7 @@ class Engine:
     def _arrived(self, key: tuple, message: _Message, lowered: Lowered, op: Op) -> Callable:
         """The callback that logs a message when it arrives."""
         def arrived(_event=None) -> None:
-            message.end = self.env.now
+            message.end, message.row = self.env.now, len(self.collectives)
             self.collectives.append((*key, "send_recv", op.name, 2, op.bytes,
                                      lowered.algorithm.value, lowered.protocol.value,
                                      lowered.channels, message.start, message.start,

@@ -90,9 +90,11 @@ def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str])
 
 
 def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
-              nodes: list[int]) -> pd.DataFrame:
+              nodes: list[int], mate_calls: dict[int, dict[int, int]] | None = None
+              ) -> pd.DataFrame:
     """Sorted representatives' spans, copied for each rank they represent, in rank
-    order (so the result is sorted too, without sorting it again)."""
+    order (so the result is sorted too, without sorting it again). ``mate_calls``
+    maps a mate's copied ``call`` (the representative's log row) to its own."""
     by_rank = {}
     starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
     ends = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="right")
@@ -112,12 +114,35 @@ def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
             columns[name] = np.repeat(np.asarray(order, dtype=column.dtype), lengths)
         elif name == "node":
             columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
+        elif name == "call":
+            columns[name] = _mates_own_calls(copied(column.to_numpy()), order, lengths,
+                                             mate_calls or {})
         elif isinstance(column.dtype, pd.CategoricalDtype):
             columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
                                                       dtype=column.dtype)
         else:
             columns[name] = copied(column.to_numpy())
     return pd.DataFrame(columns, copy=False)
+
+
+def _mates_own_calls(calls: np.ndarray, order: list[int], lengths: list[int],
+                     mate_calls: dict[int, dict[int, int]]) -> np.ndarray:
+    """Replace, in each mate's block of ``calls``, the representative's rows by the
+    mate's own (its own group's call or message)."""
+    position = 0
+    for rank, length in zip(order, lengths, strict=True):
+        remap = mate_calls.get(rank)
+        if remap:
+            block = calls[position:position + length]
+            keys = np.fromiter(remap, dtype=np.int64, count=len(remap))
+            values = np.fromiter(remap.values(), dtype=np.int64, count=len(remap))
+            sort = np.argsort(keys)
+            keys, values = keys[sort], values[sort]
+            at = np.minimum(np.searchsorted(keys, block), len(keys) - 1)
+            hit = keys[at] == block
+            block[hit] = values[at[hit]]
+        position += length
+    return calls
 
 
 def sharing(scenario: Scenario, program: Program) -> tuple[list[int] | None, dict | None]:
@@ -179,7 +204,7 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, simulated)
     if represents:  # mates ran in lockstep with their representative: same spans
-        spans = replicate(spans, represents, nodes)
+        spans = replicate(spans, represents, nodes, result.mate_calls)
     ranks = simulated if simulated is not None else range(program.ranks)
     summary.update(simulated_ranks=len(ranks), **program.notes, events=result.events,
                    network_recomputes=result.network_recomputes,

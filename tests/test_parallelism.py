@@ -247,8 +247,19 @@ def test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank(parallelism
     assert len(a) == len(b) and (a["rank"].to_numpy() == b["rank"].to_numpy()).all()
     assert a["end"].to_numpy() == pytest.approx(b["end"].to_numpy(), rel=1e-9)
     assert len(gang.comms) == len(full.comms), "every group's collectives still run"
+    assert _calls_of(gang) == _calls_of(full), "each span names its own rank's call"
     assert gang.summary["iteration_time_s"] == pytest.approx(full.summary["iteration_time_s"],
                                                              rel=1e-9)
+
+
+def _calls_of(result) -> list[tuple]:
+    """Each span's call as (group, group index, collective, start, end), rank by rank."""
+    comms = result.comms
+    keys = list(zip(comms["group"], comms["group_index"], comms["collective"],
+                    comms["start"].round(12), comms["end"].round(12), strict=True))
+    spans = result.spans.sort_values(["rank", "start", "end", "stream", "kind"], kind="stable")
+    return [(rank, keys[call] if call >= 0 else None)
+            for rank, call in zip(spans["rank"], spans["call"], strict=True)]
 
 
 def test_layer_span_detail_keeps_the_timeline():
