@@ -3,6 +3,9 @@
     clustersim run SCENARIO.yaml --out DIR [--format png|pdf|svg] [--json] [--set k=v ...]
     clustersim collective --cluster dgx-a100 --nodes 2 --op all_reduce --min-bytes 1M \
         --max-bytes 8G [--factor 2] [--group 0-7] [--algorithm A] [--protocol P] [--csv FILE]
+    clustersim gantt RUN_DIR [--out FILE] [--ranks 0-7,64] [--from T] [--to T] [--streams]
+    clustersim comms RUN_DIR [--csv FILE] [--plot FILE]
+    clustersim compare RUN_A RUN_B [--out FILE]
     clustersim presets
 
 Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr).
@@ -17,15 +20,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
-from simulator import exports
+from simulator import run_dir
 from simulator.collectives import CollectiveError
 from simulator.engine import SimulationError
 from simulator.fabric import FabricError
 from simulator.gantt import FORMATS
+from simulator.nccl_tests import parse_ranks
 from simulator.scenario import ScenarioError, load
-from simulator.units import format_bytes, format_time
+from simulator.units import UnitError, format_bytes, format_time, parse_time
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,7 +43,38 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a scenario key (repeatable)")
     sub.add_parser("presets", help="list cluster, GPU and model presets")
     _collective_parser(sub)
+    _gantt_parser(sub)
+    comms = sub.add_parser("comms", help="communication profile of a finished run",
+                           description="Counts, volumes and message-size histograms per "
+                                       "parallelism dimension, from RUN_DIR/comms.*")
+    comms.add_argument("run_dir", help="a directory written by clustersim run")
+    comms.add_argument("--csv", help="write the profile table to this CSV file")
+    comms.add_argument("--histogram-csv", help="write the size histogram to this CSV file")
+    comms.add_argument("--plot", help="draw the size histogram to this figure (png/pdf/svg)")
+    compare = sub.add_parser("compare", help="two finished runs side by side",
+                             description="Print two runs' summaries side by side and draw "
+                                         "their Gantt charts on one time axis.")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--out", help="figure file (default: RUN_B/compare.png)")
+    compare.add_argument("--ranks", help="ranks to draw in both, e.g. 0-7,64")
     return parser
+
+
+def _gantt_parser(sub) -> None:
+    gantt = sub.add_parser("gantt", help="re-draw the Gantt chart of a finished run",
+                           description="Draw RUN_DIR's spans again, without simulating.")
+    gantt.add_argument("run_dir", help="a directory written by clustersim run")
+    gantt.add_argument("--out", help="figure file (default: RUN_DIR/gantt.FORMAT)")
+    gantt.add_argument("--format", choices=FORMATS, default="png")
+    gantt.add_argument("--ranks", help="ranks to draw, e.g. 0-7,64")
+    gantt.add_argument("--from", dest="start", help="window start, e.g. '120 ms'")
+    gantt.add_argument("--to", dest="end", help="window end, e.g. '0.5 s'")
+    gantt.add_argument("--streams", action="store_true", help="one row per rank and stream")
+    gantt.add_argument("--no-group", action="store_true",
+                       help="never merge identical ranks into one row")
+    gantt.add_argument("--no-breakdown", action="store_true",
+                       help="leave out the time-breakdown panel")
 
 
 def _collective_parser(sub) -> None:
@@ -96,18 +129,96 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario, args.set)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     result = run(scenario)
-    out.mkdir(parents=True, exist_ok=True)
-    exports.write_summary(result.summary, out / "summary.json")
-    exports.write_spans(result.spans, out / "spans.csv")
-    exports.write_spans(result.comms, out / "comms.csv")
-    exports.write_chrome_trace(result.spans, result.placement, out / "trace.json")
-    (out / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario.source), sort_keys=False))
-    result.gantt(str(out / f"gantt.{args.format}"))
-    result.memory_plot(str(out / f"memory.{args.format}"))
+    run_dir.write(result, out, args.format)
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:
         print(_human(result.summary, out))
+    return 0
+
+
+def _time_option(text: str | None, name: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text) if text.replace(".", "", 1).isdigit() else parse_time(text)
+    except UnitError as error:
+        raise ScenarioError(f"{name}: {error}") from None
+
+
+def _ranks_option(text: str | None, total: int) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return parse_ranks(text, total, minimum=1)
+    except ValueError as error:
+        raise ScenarioError(f"--ranks: {error}") from None
+
+
+def cmd_gantt(args: argparse.Namespace) -> int:
+    from simulator.gantt import plot_gantt
+
+    finished = run_dir.read(args.run_dir)
+    total = int(finished.spans["rank"].max()) + 1
+    start, end = _time_option(args.start, "--from"), _time_option(args.end, "--to")
+    if start is not None and end is not None and end <= start:
+        raise ScenarioError(f"--to: {args.end} must be later than --from {args.start}")
+    out = Path(args.out) if args.out else finished.path / f"gantt.{args.format}"
+    if out.suffix.lstrip(".") not in FORMATS:
+        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    plot_gantt(finished.spans, out, finished.name, ranks=_ranks_option(args.ranks, total),
+               start=start, end=end, streams=args.streams,
+               group=False if args.no_group else None, breakdown=not args.no_breakdown)
+    print(out)
+    return 0
+
+
+def cmd_comms(args: argparse.Namespace) -> int:
+    from simulator import comms
+
+    finished = run_dir.read(args.run_dir)
+    table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
+    print(f"communication of {finished.name}: {len(finished.comms):,} calls and messages, "
+          f"{format_bytes(float(finished.comms['bytes'].sum()))}")
+    print(comms.format_profile(table))
+    print()
+    print("calls per message size (bins of powers of two):")
+    print(comms.format_histogram(bins))
+    if args.csv:
+        table.to_csv(args.csv, index=False, float_format="%.9g")
+    if args.histogram_csv:
+        bins.to_csv(args.histogram_csv, index=False, float_format="%.9g")
+    if args.plot:
+        if Path(args.plot).suffix.lstrip(".") not in FORMATS:
+            raise ScenarioError(f"--plot: {args.plot} must end in one of .png, .pdf, .svg")
+        comms.plot_histogram(bins, args.plot, finished.name)
+    return 0
+
+
+COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "compute_s",
+            "exposed_comm_s", "overlapped_comm_s", "comm_wait_s", "bubble_s", "idle_s",
+            "peak_memory_gib", "gpus")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from simulator.gantt import compare_figure, save
+
+    a, b = run_dir.read(args.run_a), run_dir.read(args.run_b)
+    names = (a.name, b.name) if a.name != b.name else (f"A: {a.path.name}", f"B: {b.path.name}")
+    print(f"{'':24} {names[0][:20]:>20} {names[1][:20]:>20} {'B / A':>8}")
+    for key in COMPARED:
+        va, vb = a.summary.get(key), b.summary.get(key)
+        if not isinstance(va, (int, float)) or not isinstance(vb, (int, float)):
+            continue
+        ratio = f"{vb / va:8.3f}" if va else f"{'-':>8}"
+        print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
+    total = int(max(a.spans["rank"].max(), b.spans["rank"].max())) + 1
+    out = Path(args.out) if args.out else b.path / "compare.png"
+    if out.suffix.lstrip(".") not in FORMATS:
+        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    save(compare_figure(a.spans, b.spans, names, _ranks_option(args.ranks, total)),
+         out)
+    print(f"figure           {out}")
     return 0
 
 
@@ -180,8 +291,8 @@ def cmd_collective(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "presets": cmd_presets, "collective": cmd_collective}[
-        args.command]
+    handler = {"run": cmd_run, "presets": cmd_presets, "collective": cmd_collective,
+               "gantt": cmd_gantt, "comms": cmd_comms, "compare": cmd_compare}[args.command]
     try:
         return handler(args)
     except ScenarioError as error:

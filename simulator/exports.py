@@ -1,21 +1,29 @@
-"""Files a run writes: summary.json, spans.csv, comms.csv and a Chrome trace.
+"""Files a run writes: summary.json, spans.csv, comms.csv/.parquet, the
+analysis tables and a Chrome/Perfetto trace.
 
 The Chrome trace-event format (``trace.json``) opens in Perfetto and
 chrome://tracing: one process per server, one thread per (GPU, stream),
-complete ("X") events in microseconds with the span's details as args.
-Everything is written in a fixed order with fixed float formatting, so the same
-run gives the same bytes (``wall_s`` is the one key of summary.json that is a
-measurement of this machine, and it is left out of the trace and CSVs).
+complete ("X") events in microseconds with the span's details as args (bytes,
+phase, micro-batch, layer; for communication also the group, collective,
+algorithm and protocol of its call), flow arrows ("s"/"t"/"f") linking the
+ranks of each collective call and each message, and counters ("C") for memory
+over time and link traffic per server. Everything is written in a fixed order
+with fixed float formatting, so the same run gives the same bytes (``wall_s``
+is the one key of summary.json that is a measurement of this machine, and it
+is left out of the trace and CSVs).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 STREAM_ORDER = {"compute": 0, "dp": 1, "tp": 2, "cp": 3, "pp": 4}
+GIB = 2.0**30
 
 
 def write_summary(summary: dict, path: Path) -> None:
@@ -26,33 +34,98 @@ def write_spans(spans: pd.DataFrame, path: Path) -> None:
     spans.to_csv(path, index=False, float_format="%.12g")
 
 
-def chrome_trace(spans: pd.DataFrame, placement: list[str]) -> dict:
-    """The trace-event JSON object for ``spans``."""
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """CSV or Parquet by suffix (Parquet keeps dtypes and loads fast)."""
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False, float_format="%.12g")
+
+
+def _tid(rank: int, stream: str) -> int:
+    return int(rank) * 16 + STREAM_ORDER.get(stream, len(STREAM_ORDER))
+
+
+def _call_args(comms: pd.DataFrame | None) -> list[dict]:
+    if comms is None:
+        return []
+    return [{"group": f"{g}[{i}]", "collective": c, "algorithm": a, "protocol": p,
+             "channels": int(ch)} for g, i, c, a, p, ch in zip(
+        comms["group"], comms["group_index"], comms["collective"], comms["algorithm"],
+        comms["protocol"], comms["channels"], strict=True)]
+
+
+def _slices(spans: pd.DataFrame, calls: list[dict]) -> list[dict]:
+    events = []
+    has_call = "call" in spans.columns
+    for row in spans.itertuples(index=False):
+        args = {"rank": int(row.rank), "stream": row.stream, "phase": row.phase,
+                "microbatch": int(row.microbatch), "layer": int(row.layer),
+                "bytes": float(row.bytes)}
+        if has_call and row.call >= 0 and calls:
+            args.update(calls[int(row.call)])
+        events.append({"ph": "X", "pid": int(row.node), "tid": _tid(row.rank, row.stream),
+                       "name": row.name, "cat": row.kind, "ts": round(row.start * 1e6, 6),
+                       "dur": round((row.end - row.start) * 1e6, 6), "args": args})
+    return events
+
+
+def _flows(spans: pd.DataFrame) -> list[dict]:
+    """Arrows linking the communication spans of one call, rank by rank."""
+    if "call" not in spans.columns:
+        return []
+    comm = spans[(spans["kind"] == "comm") & (spans["call"] >= 0)]
+    events = []
+    for call, part in comm.sort_values(["call", "rank"], kind="stable").groupby("call"):
+        if len(part) < 2:
+            continue
+        last = len(part) - 1
+        for n, row in enumerate(part.itertuples(index=False)):
+            events.append({"ph": "s" if n == 0 else "f" if n == last else "t",
+                           "id": int(call), "name": row.name, "cat": "call", "bp": "e",
+                           "pid": int(row.node), "tid": _tid(row.rank, row.stream),
+                           "ts": round((row.start + row.end) / 2 * 1e6, 6)})  # inside it
+    return events
+
+
+def _counters(counters: Mapping[tuple[int, str], tuple[np.ndarray, np.ndarray]]) -> list[dict]:
+    """``(pid, name) -> (times in s, values)`` as counter events."""
+    events = []
+    for (pid, name), (times, values) in counters.items():
+        for t, v in zip(np.asarray(times).tolist(), np.asarray(values).tolist(), strict=True):
+            events.append({"ph": "C", "pid": int(pid), "name": name,
+                           "ts": round(t * 1e6, 6), "args": {"value": round(v, 9)}})
+    return events
+
+
+def chrome_trace(spans: pd.DataFrame, placement: list[str], comms: pd.DataFrame | None = None,
+                 counters: Mapping | None = None) -> dict:
+    """The trace-event JSON object for ``spans`` (see the module doc)."""
     events: list[dict] = []
-    threads: dict[tuple[int, int], str] = {}
     for node in sorted(spans["node"].unique()):
         events.append({"ph": "M", "name": "process_name", "pid": int(node), "tid": 0,
                        "args": {"name": f"node {node}"}})
-    for row in spans.itertuples(index=False):
-        stream_index = STREAM_ORDER.get(row.stream, len(STREAM_ORDER))
-        tid = int(row.rank) * 16 + stream_index
-        key = (int(row.node), tid)
-        if key not in threads:
-            threads[key] = f"rank {row.rank} {placement[row.rank]} {row.stream}"
-        events.append({
-            "ph": "X", "pid": int(row.node), "tid": tid, "name": row.name, "cat": row.kind,
-            "ts": round(row.start * 1e6, 6), "dur": round((row.end - row.start) * 1e6, 6),
-            "args": {"rank": int(row.rank), "stream": row.stream, "phase": row.phase,
-                     "microbatch": int(row.microbatch), "layer": int(row.layer),
-                     "bytes": float(row.bytes)},
-        })
-    for (pid, tid), name in threads.items():
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                       "args": {"name": name}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+    threads = spans[["node", "rank", "stream"]].drop_duplicates()
+    for node, rank, stream in threads.itertuples(index=False):
+        tid = _tid(rank, stream)
+        events.append({"ph": "M", "name": "thread_name", "pid": int(node), "tid": tid,
+                       "args": {"name": f"rank {rank} {placement[rank]} {stream}"}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": int(node), "tid": tid,
                        "args": {"sort_index": tid}})
+    events += _slices(spans, _call_args(comms))
+    events += _flows(spans)
+    events += _counters(counters or {})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(spans: pd.DataFrame, placement: list[str], path: Path) -> None:
-    path.write_text(json.dumps(chrome_trace(spans, placement), separators=(",", ":")))
+def memory_counters(memory: Mapping[int, tuple], node_of_rank: list[int]) -> dict:
+    """Memory timelines (rank -> (times, bytes)) as counters per server, in GiB."""
+    return {(node_of_rank[rank], f"memory rank {rank} (GiB)"): (times, np.asarray(b) / GIB)
+            for rank, (times, b) in sorted(memory.items())}
+
+
+def write_chrome_trace(spans: pd.DataFrame, placement: list[str], path: Path,
+                       comms: pd.DataFrame | None = None,
+                       counters: Mapping | None = None) -> None:
+    trace = chrome_trace(spans, placement, comms, counters)
+    path.write_text(json.dumps(trace, separators=(",", ":")))

@@ -68,6 +68,21 @@ class Fabric:
             if data.get("kind") == "gpu":
                 self._server_gpus.setdefault(int(data["node"]), []).append(name)
 
+    def link_classes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per link: the server it leaves (-1 for switch links) and its class:
+        1 for NVLink out of a GPU, 2 for a NIC's link into the network, 0 else
+        (so each byte is counted once per server and class)."""
+        server = np.full(len(self.capacity), -1)
+        kind = np.zeros(len(self.capacity), dtype=np.int8)
+        nodes = self.graph.nodes
+        for (u, v), i in self.index.items():
+            source, target = nodes[u].get("kind"), nodes[v].get("kind")
+            if source == "gpu" and self._link_kind[i] == "nvlink":
+                server[i], kind[i] = int(nodes[u]["node"]), 1
+            elif source == "nic" and target == "switch":
+                server[i], kind[i] = int(nodes[u]["node"]), 2
+        return server, kind
+
     def node_of(self, gpu: str) -> int:
         return int(self.graph.nodes[gpu]["node"])
 

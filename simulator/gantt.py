@@ -1,27 +1,40 @@
-"""Gantt chart of a run: one row per rank, compute above, communication below.
+"""Gantt chart of a run, for papers and for digging.
 
-Each rank's row has a compute lane (forward, backward and optimizer in
-distinct colours, so schedules can be told apart) and, below it, one sub-lane
-per communication stream present in the run (tensor, context, data and
-pipeline parallel, in that order), coloured by stream. Waiting for peers in a
-collective is vermillion; a pipeline stage waiting for its neighbour (the
-pipeline bubble) is grey. Colours are the Okabe-Ito colour-blind-safe palette;
-the time axis picks seconds, milliseconds or microseconds to suit the run.
-Uses matplotlib's object API (no pyplot state).
+One row per rank: a compute lane (forward, backward and optimizer in distinct
+colours, micro-batch numbers written on blocks wide enough to hold them) and,
+below it, one sub-lane per communication stream present (tensor, context, data
+and pipeline parallel, coloured by stream). Waiting for peers in a collective
+is vermillion with hatching; a pipeline stage waiting for its neighbour (the
+bubble) is grey, so the two stay apart in print. With ``streams=True`` every
+(rank, stream) gets its own row instead.
+
+Ranks whose timelines are identical (same spans, same times) share one row
+labelled with their ranks, so a 1024-GPU run still gives a readable figure;
+``ranks`` picks a subset, ``start``/``end`` a time window. A panel beside the
+chart breaks each row's iteration into compute, exposed communication,
+waiting, bubble and idle (``simulator.timeline``). Colours are the Okabe-Ito
+colour-blind-safe palette; text stays text in PDF and SVG (TrueType fonts, no
+paths). Uses matplotlib's object API (no pyplot state).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from simulator.timeline import rank_table
+
 FORMATS = ("png", "pdf", "svg")
-MAX_RANKS = 64
+MAX_ROWS = 48
+GROUP_ABOVE = 16  # more ranks than this: identical ranks share a row
 STREAMS = ("tp", "cp", "dp", "pp")  # communication sub-lanes, top to bottom
 CATEGORIES = {  # label -> colour, in legend order
     "forward": "#56B4E9",
@@ -34,6 +47,15 @@ CATEGORIES = {  # label -> colour, in legend order
     "waiting for peers": "#D55E00",
     "pipeline bubble": "#BBBBBB",
 }
+HATCH = {"waiting for peers": "////"}
+BREAKDOWN = {  # rank_table column -> (label, colour)
+    "compute_s": ("compute", "#0072B2"),
+    "exposed_comm_s": ("exposed comm.", "#E69F00"),
+    "comm_wait_s": ("waiting", "#D55E00"),
+    "bubble_s": ("bubble", "#BBBBBB"),
+    "idle_s": ("idle", "#F2F2F2"),
+}
+TEXT_AS_TEXT = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 
 
 def category(kind: str, phase: str, stream: str) -> str:
@@ -54,17 +76,85 @@ def time_unit(span: float) -> tuple[str, float]:
     return "us", 1e6
 
 
-def choose_ranks(ranks: np.ndarray, limit: int = MAX_RANKS) -> list[int]:
-    """All ranks, or ``limit`` of them evenly spread (first and last included)."""
-    unique = sorted(int(r) for r in np.unique(ranks))
-    if len(unique) <= limit:
-        return unique
-    picks = np.linspace(0, len(unique) - 1, limit).round().astype(int)
-    return [unique[i] for i in sorted(set(picks))]
+def rank_ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` -> ``"0-3,8"``."""
+    parts, first = [], None
+    for n, rank in enumerate(ranks):
+        if first is None:
+            first = rank
+        if n + 1 == len(ranks) or ranks[n + 1] != rank + 1:
+            parts.append(str(first) if first == rank else f"{first}-{rank}")
+            first = None
+    return ",".join(parts)
 
 
-def _lanes(spans: pd.DataFrame) -> dict[str, tuple[float, float]]:
+def identical_ranks(spans: pd.DataFrame) -> list[list[int]]:
+    """Ranks grouped by identical timelines (streams, kinds, phases, times to the
+    nanosecond), each group sorted, groups ordered by their first rank."""
+    key = pd.DataFrame({
+        "stream": spans["stream"].astype(str), "kind": spans["kind"].astype(str),
+        "phase": spans["phase"].astype(str), "mb": spans["microbatch"],
+        "start": np.round(spans["start"].to_numpy() * 1e9).astype(np.int64),
+        "end": np.round(spans["end"].to_numpy() * 1e9).astype(np.int64)})
+    hashed = pd.util.hash_pandas_object(key, index=False).to_numpy()
+    frame = pd.DataFrame({"rank": spans["rank"].to_numpy(), "h": hashed})
+    frame["n"] = frame.groupby("rank").cumcount().to_numpy(np.uint64)
+    frame["h"] = frame["h"] * (frame["n"] * np.uint64(2) + np.uint64(1))  # order matters
+    signature = frame.groupby("rank").agg(h=("h", "sum"), count=("h", "size"))
+    groups: dict[tuple, list[int]] = {}
+    for rank, h, count in signature.itertuples():
+        groups.setdefault((int(h), int(count)), []).append(int(rank))
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the chart: the ranks it stands for (the first is drawn) and,
+    with one row per stream, its stream."""
+
+    ranks: tuple[int, ...]
+    stream: str | None = None
+
+    @property
+    def label(self) -> str:
+        who = (f"rank {self.ranks[0]}" if len(self.ranks) == 1 else
+               f"ranks {_shorten(rank_ranges(list(self.ranks)))} ({len(self.ranks)})")
+        return who if self.stream is None else f"{who} {self.stream}"
+
+
+def _shorten(text: str, limit: int = 22) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,
+                streams: bool = False, group: bool | None = None,
+                limit: int = MAX_ROWS) -> tuple[list[Row], int]:
+    """The rows to draw and how many rank rows there were before thinning.
+
+    Identical ranks share a row when ``group`` (default: more than
+    ``GROUP_ABOVE`` ranks and no explicit ``ranks``); more rows than ``limit``
+    are thinned evenly, first and last kept.
+    """
+    frame = spans if ranks is None else spans[spans["rank"].isin(ranks)]
+    if group is None:
+        group = ranks is None and frame["rank"].nunique() > GROUP_ABOVE
+    members = identical_ranks(frame) if group else [[int(r)] for r in
+                                                      sorted(frame["rank"].unique())]
+    total = len(members)
+    if total > limit:
+        picks = sorted(set(np.linspace(0, total - 1, limit).round().astype(int)))
+        members = [members[i] for i in picks]
+    rows = [Row(tuple(m)) for m in members]
+    if streams:
+        present = ["compute"] + [s for s in STREAMS if (frame["stream"] == s).any()]
+        rows = [Row(r.ranks, s) for r in rows for s in present]
+    return rows, total
+
+
+def _lanes(spans: pd.DataFrame, streams: bool) -> dict[str, tuple[float, float]]:
     """(offset, height) inside a row for the compute lane and each stream's lane."""
+    if streams:
+        return {s: (0.1, 0.8) for s in ("compute", *STREAMS)}
     present = [s for s in STREAMS if (spans["stream"] == s).any()]
     lanes = {"compute": (0.42, 0.4)}
     height = 0.4 / max(1, len(present))
@@ -73,45 +163,181 @@ def _lanes(spans: pd.DataFrame) -> dict[str, tuple[float, float]]:
     return lanes
 
 
-def plot_gantt(spans: pd.DataFrame, path: str | Path, title: str = "",
-               ranks: list[int] | None = None) -> Path:
-    """Draw ``spans`` to ``path``; the format follows the suffix (png, pdf, svg)."""
+def _window(spans: pd.DataFrame, start: float | None, end: float | None) -> pd.DataFrame:
+    """Spans overlapping [start, end), clipped to it."""
+    lo = 0.0 if start is None else start
+    hi = float(spans["end"].max()) if end is None else end
+    frame = spans[(spans["end"] > lo) & (spans["start"] < hi)]
+    return frame.assign(start=frame["start"].clip(lower=lo), end=frame["end"].clip(upper=hi))
+
+
+def _blocks(part: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive compute spans of one phase and micro-batch merged into blocks
+    (across the short gaps of tensor-parallel communication between them)."""
+    part = part.sort_values("start")
+    key = (part["phase"].astype(str) + ":" + part["microbatch"].astype(str)).to_numpy()
+    new = np.concatenate([[True], key[1:] != key[:-1]])
+    block = np.cumsum(new)
+    return part.groupby(block).agg(start=("start", "min"), end=("end", "max"),
+                                   phase=("phase", "first"), mb=("microbatch", "first"))
+
+
+def _label_blocks(ax: Axes, part: pd.DataFrame, y: float, scale: float, width: float) -> None:
+    """Write F3 / B3 / opt on compute blocks wide enough to hold the text."""
+    for block in _blocks(part).itertuples():
+        if (block.end - block.start) * scale < width * 0.011:
+            continue
+        phase = str(block.phase)
+        text = "opt" if phase == "optimizer" else f"{phase[:1].upper()}{block.mb}"
+        if block.mb < 0 and phase != "optimizer":
+            continue
+        ax.text((block.start + block.end) / 2 * scale, y, text, ha="center", va="center",
+                fontsize=5.5, color="white" if phase == "backward" else "black")
+
+
+def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
+         labels: bool = True) -> set[str]:
+    """Draw ``rows`` of ``spans`` (times multiplied by ``scale``) on ``ax``; return
+    the legend categories used."""
+    streams = any(r.stream is not None for r in rows)
+    lanes = _lanes(spans, streams)
+    width = float(spans["end"].max() - spans["start"].min()) * scale if len(spans) else 1.0
+    by_rank = dict(tuple(spans.groupby("rank", sort=False, observed=True)))
+    used: set[str] = set()
+    for y, row in enumerate(rows):
+        frame = by_rank.get(row.ranks[0])
+        if frame is None:
+            continue
+        if row.stream is not None:
+            frame = frame[frame["stream"] == row.stream]
+        cats = [category(k, p, s) for k, p, s in zip(frame["kind"], frame["phase"],
+                                                      frame["stream"], strict=True)]
+        for (stream, name), part in frame.assign(cat=cats).groupby(["stream", "cat"],
+                                                                   observed=True):
+            offset, height = lanes.get(str(stream), lanes["compute"])
+            bars = list(zip(part["start"] * scale, (part["end"] - part["start"]) * scale,
+                            strict=True))
+            ax.broken_barh(bars, (y + offset, height), facecolors=CATEGORIES[name],
+                           hatch=HATCH.get(name), edgecolor="white" if name in HATCH else None,
+                           linewidth=0)
+            used.add(name)
+        compute = frame[frame["kind"] == "compute"]
+        if labels and len(compute):
+            offset, height = lanes["compute"]
+            _label_blocks(ax, compute, y + offset + height / 2, scale, width)
+    ax.set_yticks([n + 0.5 for n in range(len(rows))], [r.label for r in rows], fontsize=7)
+    ax.set_ylim(-0.1, len(rows) + 0.1)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    return used
+
+
+def draw_breakdown(ax: Axes, spans: pd.DataFrame, rows: list[Row], iteration: float) -> None:
+    """Stacked bars of each row's time categories, as shares of the iteration."""
+    table = rank_table(spans[spans["rank"].isin({r.ranks[0] for r in rows})], iteration)
+    table = table.set_index("rank")
+    for y, row in enumerate(rows):
+        if row.stream not in (None, "compute"):
+            continue  # one bar per rank
+        left = 0.0
+        for column, (label, colour) in BREAKDOWN.items():
+            share = float(table.at[row.ranks[0], column]) / iteration if iteration else 0.0
+            ax.barh(y + 0.5, share, left=left, height=0.6, color=colour,
+                    edgecolor="#999999" if column == "idle_s" else colour, linewidth=0.3,
+                    label=label if y == 0 else None)
+            left += share
+    ax.set_xlim(0, 1)
+    ax.set_xticks([0, 0.5, 1], ["0", "50", "100 %"], fontsize=7)
+    ax.set_title("time breakdown", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04 if len(rows) > 8 else -0.25),
+              fontsize=6, frameon=False, ncol=2)
+
+
+def _legend(ax: Axes, used: set[str], rows: int) -> None:
+    handles = [Patch(facecolor=c, label=n, hatch=HATCH.get(n), edgecolor="white")
+               for n, c in CATEGORIES.items() if n in used]
+    ax.legend(handles=handles, loc="upper center",
+              bbox_to_anchor=(0.5, -0.04 if rows > 8 else -0.25),
+              ncol=min(5, max(1, len(handles))), frameon=False, fontsize=7)
+
+
+def _title(title: str, rows: list[Row], total: int, ranks: int) -> str:
+    shown = len({r.ranks for r in rows})
+    grouped = sum(len(r.ranks) for r in {r.ranks: r for r in rows}.values())
+    notes = []
+    if grouped > shown:
+        notes.append("identical ranks share a row")
+    if shown < total:
+        notes.append(f"{shown} of {total} rows shown")
+    elif grouped < ranks:
+        notes.append(f"{grouped} of {ranks} ranks shown")
+    return f"{title} ({'; '.join(notes)})" if notes else title
+
+
+def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
+           start: float | None = None, end: float | None = None, streams: bool = False,
+           group: bool | None = None, breakdown: bool = True) -> Figure:
+    """The Gantt chart of ``spans`` as a matplotlib Figure (see the module doc)."""
+    iteration = float(spans["end"].max())
+    rows, total = choose_rows(spans, ranks, streams, group)
+    frame = _window(spans[spans["rank"].isin({r.ranks[0] for r in rows})], start, end)
+    lo = 0.0 if start is None else start
+    hi = iteration if end is None else end
+    unit, scale = time_unit(hi - lo)
+    fig = Figure(figsize=(12 if breakdown else 11, min(0.42 * len(rows) + 2.0, 30.0)),
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(1, 2, width_ratios=(6, 1)) if breakdown else None
+    ax = fig.add_subplot(grid[0, 0]) if grid is not None else fig.add_subplot()
+    used = draw(ax, frame, rows, scale)
+    ax.set_xlim(lo * scale, hi * scale)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_title(_title(title, rows, total, spans["rank"].nunique()), fontsize=9)
+    _legend(ax, used, len(rows))
+    if grid is not None:
+        side = fig.add_subplot(grid[0, 1], sharey=ax)
+        draw_breakdown(side, spans, rows, iteration)
+        side.tick_params(axis="y", labelleft=False)
+    return fig
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig``; the format follows the suffix (png, pdf or svg), text as text."""
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise ValueError(f"gantt format {fmt!r} is not one of {', '.join(FORMATS)}")
-    shown = ranks if ranks is not None else choose_ranks(spans["rank"].to_numpy())
-    unit, scale = time_unit(float(spans["end"].max()))
-    fig = Figure(figsize=(11, min(0.5 * len(shown) + 1.8, 24.0)), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    frame = spans[spans["rank"].isin(shown)]
-    frame = frame.assign(category=[category(k, p, s) for k, p, s in zip(
-        frame["kind"], frame["phase"], frame["stream"], strict=True)])
-    lanes = _lanes(frame)
-    row_of = {r: n for n, r in enumerate(shown)}
-    used = []
-    for (rank, stream, name), part in frame.groupby(["rank", "stream", "category"], sort=True):
-        offset, height = lanes.get("compute" if stream == "compute" else stream, lanes["compute"])
-        bars = list(zip(part["start"] * scale, (part["end"] - part["start"]) * scale,
-                        strict=True))
-        ax.broken_barh(bars, (row_of[rank] + offset, height), facecolors=CATEGORIES[name],
-                       linewidth=0)
-        used.append(name)
-    ax.set_yticks([n + 0.41 for n in range(len(shown))], [f"rank {r}" for r in shown])
-    ax.set_ylim(-0.2, len(shown))
-    ax.invert_yaxis()
-    ax.set_xlabel(f"time ({unit})")
-    ax.set_xlim(0, float(spans["end"].max()) * scale)
-    total = spans["rank"].nunique()
-    subtitle = "" if len(shown) == total else f" ({len(shown)} of {total} ranks shown)"
-    streams = [s.upper() for s in STREAMS if s in lanes]
-    ax.set_title(f"{title}{subtitle}\nupper lane: compute; lower lanes: "
-                 f"{', '.join(streams) or 'no'} communication")
-    handles = [Patch(color=c, label=n) for n, c in CATEGORIES.items() if n in set(used)]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.06 if len(shown) > 8
-                                                                   else -0.18),
-              ncol=min(5, len(handles)), frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    fig.savefig(path, format=fmt, dpi=150, metadata={"Date": None} if fmt == "svg" else None)
+        raise ValueError(f"figure format {fmt!r} is not one of {', '.join(FORMATS)}")
+    with matplotlib.rc_context(TEXT_AS_TEXT):
+        fig.savefig(path, format=fmt, dpi=150,
+                    metadata={"Date": None} if fmt == "svg" else
+                    {"CreationDate": None} if fmt == "pdf" else None)
     return path
+
+
+def plot_gantt(spans: pd.DataFrame, path: str | Path, title: str = "", **options) -> Path:
+    """Draw ``spans`` to ``path`` (png, pdf or svg); options as for ``figure``."""
+    return save(figure(spans, title, **options), path)
+
+
+def compare_figure(a: pd.DataFrame, b: pd.DataFrame, titles: tuple[str, str],
+                   ranks: list[int] | None = None, start: float | None = None,
+                   end: float | None = None) -> Figure:
+    """Two runs' Gantt charts stacked on one time axis."""
+    hi = max(float(a["end"].max()), float(b["end"].max())) if end is None else end
+    lo = 0.0 if start is None else start
+    unit, scale = time_unit(hi - lo)
+    picked = [choose_rows(s, ranks, limit=MAX_ROWS // 2) for s in (a, b)]
+    heights = [max(1, len(rows)) for rows, _ in picked]
+    fig = Figure(figsize=(11, min(0.42 * sum(heights) + 3.0, 30.0)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    used: set[str] = set()
+    for ax, spans, (rows, total), title in zip(axes, (a, b), picked, titles, strict=True):
+        frame = _window(spans[spans["rank"].isin({r.ranks[0] for r in rows})], start, end)
+        used |= draw(ax, frame, rows, scale)
+        ax.set_title(_title(f"{title}: {float(spans['end'].max()) * scale:.4g} {unit}",
+                            rows, total, spans["rank"].nunique()), fontsize=9)
+    axes[1].set_xlim(lo * scale, hi * scale)
+    axes[1].set_xlabel(f"time ({unit})")
+    _legend(axes[1], used, sum(heights))
+    return fig

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.gantt import FORMATS, time_unit
+from simulator.gantt import FORMATS, save, time_unit
 
 GIB = 2.0**30
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -49,5 +49,4 @@ def plot_memory(lines: dict[str, tuple[np.ndarray, np.ndarray]], path: str | Pat
     ax.set_title(f"{title}: memory per rank over one iteration")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     ax.grid(alpha=0.3)
-    fig.savefig(path, format=fmt, dpi=150, metadata={"Date": None} if fmt == "svg" else None)
-    return path
+    return save(fig, path)

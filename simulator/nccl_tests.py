@@ -62,8 +62,8 @@ def sizes(minimum: int, maximum: int, factor: float) -> list[int]:
     return out
 
 
-def parse_ranks(text: str, total: int) -> list[int]:
-    """Ranks from ``"0-7,64"``; each must be below ``total``.
+def parse_ranks(text: str, total: int, minimum: int = 2) -> list[int]:
+    """Ranks from ``"0-7,64"``; each must be below ``total``, at least ``minimum``.
 
     >>> parse_ranks("0-3,8", 16)
     [0, 1, 2, 3, 8]
@@ -77,9 +77,10 @@ def parse_ranks(text: str, total: int) -> list[int]:
             raise ValueError(f"{part!r} is not a rank or a range like 0-7") from None
         if not 0 <= lo <= hi < total:
             raise ValueError(f"{part!r} is outside ranks 0-{total - 1}")
-        ranks.extend(r for r in range(lo, hi + 1) if r not in ranks)
-    if len(ranks) < 2:
-        raise ValueError("a group needs at least 2 ranks")
+        seen = set(ranks)
+        ranks.extend(r for r in range(lo, hi + 1) if r not in seen)
+    if len(ranks) < minimum:
+        raise ValueError(f"give at least {minimum} ranks")
     return ranks
 
 

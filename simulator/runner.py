@@ -35,12 +35,46 @@ class RunResult:
     node_of_rank: list[int]
     memory: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # rank -> (times, bytes)
     extra: dict[str, Any] = field(default_factory=dict)
+    _context: tuple | None = field(default=None, repr=False)  # (groups, fabric, lowering)
 
-    def gantt(self, path: str, **options: Any) -> None:
-        """Write the Gantt chart of this run to ``path`` (png, pdf or svg)."""
-        from simulator.gantt import plot_gantt
+    def traffic(self) -> dict:
+        """Link traffic per server over time: (server, counter) -> (times, GB/s)."""
+        from simulator.traffic import server_traffic
 
-        plot_gantt(self.spans, path, title=self.scenario.name, **options)
+        if self._context is None:
+            return {}
+        groups, fabric, lowering = self._context
+        return server_traffic(self.comms, groups, self.placement, fabric, lowering)
+
+    def gantt(self, path: str | None = None, **options: Any):
+        """The Gantt chart of this run: written to ``path`` (png, pdf or svg) and
+        returned as a matplotlib Figure (a notebook shows it); ``options`` as for
+        ``simulator.gantt.figure`` (ranks, start, end, streams, group, breakdown)."""
+        from simulator.gantt import figure, save
+
+        fig = figure(self.spans, self.scenario.name, **options)
+        if path is not None:
+            save(fig, path)
+        return fig
+
+    def critical_path(self):
+        """The chain of spans that sets the iteration time (a DataFrame)."""
+        from simulator.critical_path import critical_path
+
+        return critical_path(self.spans)
+
+    def ranks(self):
+        """Per-rank time breakdown (compute, exposed communication, waiting,
+        bubble, idle): one row per rank."""
+        from simulator.timeline import rank_table
+
+        return rank_table(self.spans, self.summary["iteration_time_s"])
+
+    def streams(self):
+        """Per (rank, stream): busy, overlapped, exposed and waiting time."""
+        from simulator.timeline import stream_table
+
+        return stream_table(self.spans)
 
     def memory_plot(self, path: str) -> None:
         """Write memory over time, one line per pipeline stage, to ``path``."""
@@ -210,6 +244,15 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
-    comms = pd.DataFrame(result.collectives, columns=list(COLLECTIVE_COLUMNS))
-    return RunResult(scenario, summary, spans, comms, list(placement), nodes, memory,
-                     {"stage": stages})
+    return RunResult(scenario, summary, spans, _comms(result.collectives), list(placement),
+                     nodes, memory, {"stage": stages}, (program.groups, fabric, lowering))
+
+
+def _comms(rows: list[tuple]) -> pd.DataFrame:
+    """The communication log: every collective call and message, with the
+    parallelism dimension of its group and how long its first member waited."""
+    comms = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
+    dimension = comms["group"].astype(str).str.split(".").str[0]
+    comms.insert(0, "dimension", dimension.astype("category"))
+    comms["wait"] = comms["start"] - comms["first_arrival"]
+    return comms

@@ -5,8 +5,10 @@ Keys (a contract, see the README): ``iteration_time_s`` (end of the last span),
 second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
 ``gpus``, the breakdown of the rank that finishes last (``compute_s``,
 ``exposed_comm_s``, ``overlapped_comm_s``, ``comm_wait_s``, ``bubble_s``, and
-``idle_s``; see ``simulator.timeline``), ``peak_memory_gib`` (max over ranks),
-``events`` and ``wall_s``.
+``idle_s``; see ``simulator.timeline``), ``critical_path`` (seconds of the
+chain of spans that sets the iteration time in each category, and the spans,
+ranks and stages it passes; see ``simulator.critical_path``),
+``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from simulator import critical_path
 from simulator.ir import Program
-from simulator.timeline import breakdown, rank_intervals
+from simulator.timeline import PIPELINE_STREAM, breakdown, rank_intervals
 
 GIB = 2.0**30
 
@@ -49,9 +52,6 @@ def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float
     for category, value in best_at.items():
         categories[category] = categories.get(category, 0.0) + max(0.0, value)
     return best, categories
-
-
-PIPELINE_STREAM = "pp"
 
 
 def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dict[str, float]:
@@ -94,6 +94,8 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "critical_rank": critical,
     }
     summary.update(rank_breakdown(spans, critical, iteration))
+    stage_of = dict(enumerate(program.stage)) if program.stage else None
+    summary["critical_path"] = critical_path.shares(critical_path.critical_path(spans), stage_of)
     summary.update({
         "peak_memory_gib": peak_bytes / GIB,
         "peak_memory_rank": peak_rank,

@@ -14,6 +14,11 @@ One definition, used by every output (see docs/design.md):
 
 So compute + exposed + waiting + bubble + idle = iteration time, for every rank.
 All set measures come from ``union_length`` by inclusion-exclusion.
+
+Interval sets are pairs (starts, ends) of arrays, half-open [start, end).
+``merge``, ``intersect`` and ``subtract`` return disjoint sorted sets; the
+table functions (``rank_table``, ``stream_table``) compute the same measures
+for every rank and stream at once with one sort (``grouped_union_length``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -39,6 +45,111 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
     return float((reach[last] - s[first]).sum())
+
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """The union of intervals as disjoint sorted intervals (empty ones dropped).
+
+    >>> merge(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0]))
+    (array([0., 5.]), array([3., 6.]))
+    """
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], reach[last]
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Where both interval sets hold, as disjoint sorted intervals.
+
+    >>> intersect((np.array([0.0, 4.0]), np.array([3.0, 8.0])), (np.array([2.0]), np.array([5.0])))
+    (array([2., 4.]), array([3., 5.]))
+    """
+    (sa, ea), (sb, eb) = merge(*a), merge(*b)
+    i = j = 0
+    out_s, out_e = [], []
+    while i < len(sa) and j < len(sb):
+        lo, hi = max(sa[i], sb[j]), min(ea[i], eb[j])
+        if lo < hi:
+            out_s.append(lo)
+            out_e.append(hi)
+        if ea[i] < eb[j]:
+            i += 1
+        else:
+            j += 1
+    return np.array(out_s, dtype=float), np.array(out_e, dtype=float)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """Where ``a`` holds and ``b`` does not, as disjoint sorted intervals.
+
+    >>> subtract((np.array([0.0]), np.array([10.0])), (np.array([2.0, 5.0]), np.array([3.0, 6.0])))
+    (array([0., 3., 6.]), array([ 2.,  5., 10.]))
+    """
+    (sa, ea), (sb, eb) = merge(*a), merge(*b)
+    out_s, out_e = [], []
+    j = 0
+    for start, end in zip(sa, ea, strict=True):
+        cursor = start
+        while j < len(sb) and eb[j] <= cursor:
+            j += 1
+        k = j
+        while k < len(sb) and sb[k] < end:
+            if sb[k] > cursor:
+                out_s.append(cursor)
+                out_e.append(sb[k])
+            cursor = max(cursor, eb[k])
+            k += 1
+        if cursor < end:
+            out_s.append(cursor)
+            out_e.append(end)
+    return np.array(out_s, dtype=float), np.array(out_e, dtype=float)
+
+
+def length(intervals: Intervals) -> float:
+    """Total length of an interval set (overlaps counted once)."""
+    return union_length(*intervals)
+
+
+def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                         count: int) -> np.ndarray:
+    """``union_length`` of each group's intervals (groups 0..count-1) in one sort.
+
+    Each group is shifted onto its own stretch of the time axis so that one
+    running maximum serves them all.
+
+    >>> grouped_union_length(np.array([0, 0, 1]), np.array([0.0, 1.0, 0.0]),
+    ...                      np.array([2.0, 3.0, 1.0]), 3).tolist()
+    [3.0, 1.0, 0.0]
+    """
+    keep = ends > starts
+    groups, starts, ends = groups[keep], starts[keep], ends[keep]
+    out = np.zeros(count)
+    if len(starts) == 0:
+        return out
+    low = float(starts.min())
+    shift = 2.0 * (float(ends.max()) - low) + 1.0
+    s = (starts - low) + groups * shift
+    e = (ends - low) + groups * shift
+    order = np.argsort(s, kind="stable")
+    s, e, g = s[order], e[order], groups[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return np.bincount(g[first], weights=reach[last] - s[first], minlength=count)
 
 
 def _cat(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -76,3 +187,87 @@ def breakdown(compute: tuple[np.ndarray, np.ndarray], comm: tuple[np.ndarray, np
 def rank_intervals(kind: Sequence[str], start: np.ndarray, end: np.ndarray, wanted: str):
     mask = np.asarray(kind) == wanted
     return start[mask], end[mask]
+
+
+PIPELINE_STREAM = "pp"
+
+
+def rank_table(spans: pd.DataFrame, iteration_time: float) -> pd.DataFrame:
+    """``breakdown`` of every rank at once: one row per rank, the same keys.
+
+    Waits on the pipeline stream (a stage waiting for its neighbour) are the
+    pipeline bubble, not communication waiting, as in the summary.
+    """
+    ranks = np.sort(spans["rank"].unique())
+    rank_of = np.searchsorted(ranks, spans["rank"].to_numpy())
+    n = len(ranks)
+    kind = spans["kind"].to_numpy().astype(str)
+    stream = spans["stream"].to_numpy().astype(str)
+    start, end = spans["start"].to_numpy(float), spans["end"].to_numpy(float)
+    compute = kind == "compute"
+    comm = kind == "comm"
+    wait = (kind == "wait") & (stream != PIPELINE_STREAM)
+
+    def union(mask: np.ndarray, limit: np.ndarray | None = None) -> np.ndarray:
+        stop = end[mask] if limit is None else np.minimum(end[mask], limit[rank_of[mask]])
+        return grouped_union_length(rank_of[mask], start[mask], stop, n)
+
+    c, m = union(compute), union(comm)
+    c_or_m, busy = union(compute | comm), union(compute | comm | wait)
+    last_compute = np.zeros(n)
+    np.maximum.at(last_compute, rank_of[compute], end[compute])
+    bubble = last_compute - union(compute | comm | wait, last_compute)
+    overlapped = np.clip(c + m - c_or_m, 0.0, np.minimum(c, m))
+    return pd.DataFrame({
+        "rank": ranks, "compute_s": c, "comm_busy_s": m, "overlapped_comm_s": overlapped,
+        "exposed_comm_s": m - overlapped, "comm_wait_s": busy - c_or_m,
+        "comm_wait_total_s": union(wait), "bubble_s": bubble,
+        "idle_s": iteration_time - busy - bubble,
+    })
+
+
+def stream_table(spans: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, stream): ``busy_s`` (its compute or communication spans),
+    ``overlapped_s`` (of that, the time the rank also computes; for the compute
+    stream, the time it also communicates), ``exposed_s`` (busy minus
+    overlapped, communication streams only) and ``wait_s`` (waiting on that
+    stream: for peers in a collective, or on ``pp`` for the neighbour stage)."""
+    keys = spans[["rank", "stream"]].astype({"stream": str}).drop_duplicates()
+    keys = keys.sort_values(["rank", "stream"], ignore_index=True)
+    index = pd.MultiIndex.from_frame(keys)
+    row = index.get_indexer(pd.MultiIndex.from_arrays(
+        [spans["rank"].to_numpy(), spans["stream"].to_numpy().astype(str)]))
+    n = len(keys)
+    kind = spans["kind"].to_numpy().astype(str)
+    start, end = spans["start"].to_numpy(float), spans["end"].to_numpy(float)
+    work, waits = kind != "wait", kind == "wait"
+    busy = grouped_union_length(row[work], start[work], end[work], n)
+    wait = grouped_union_length(row[waits], start[waits], end[waits], n)
+    # The other side of each row's overlap, copied into that row's group: a comm
+    # row gets its rank's compute spans, the compute row its rank's comm spans.
+    ranks = keys["rank"].to_numpy()
+    is_compute_row = (keys["stream"] == "compute").to_numpy()
+    comm_rows = np.flatnonzero(~is_compute_row)  # sorted by rank (keys are)
+    rank_ids, rank_index = np.unique(ranks, return_inverse=True)
+    compute_row = np.full(len(rank_ids), -1)
+    compute_row[rank_index[is_compute_row]] = np.flatnonzero(is_compute_row)
+    per_rank = np.bincount(rank_index[comm_rows], minlength=len(rank_ids))
+    first = np.concatenate([[0], np.cumsum(per_rank)[:-1]])
+    span_rank = np.searchsorted(rank_ids, spans["rank"].to_numpy())
+    comp = np.flatnonzero(kind == "compute")
+    reps = per_rank[span_rank[comp]]
+    copies = np.repeat(comp, reps)
+    within = np.arange(len(copies)) - np.repeat(np.cumsum(reps) - reps, reps)
+    to_comm = comm_rows[first[span_rank[copies]] + within]
+    talk = np.flatnonzero(work & (kind != "compute"))
+    talk = talk[compute_row[span_rank[talk]] >= 0]
+    og = np.concatenate([to_comm, compute_row[span_rank[talk]]]).astype(np.int64)
+    src = np.concatenate([copies, talk])
+    os_, oe = start[src], end[src]
+    other = grouped_union_length(og, os_, oe, n)
+    both = grouped_union_length(np.concatenate([row[work], og]),
+                                np.concatenate([start[work], os_]),
+                                np.concatenate([end[work], oe]), n)
+    overlapped = np.clip(busy + other - both, 0.0, np.minimum(busy, other))
+    exposed = np.where(is_compute_row, 0.0, busy - overlapped)
+    return keys.assign(busy_s=busy, overlapped_s=overlapped, exposed_s=exposed, wait_s=wait)

@@ -1,0 +1,105 @@
+"""The communication profile of a run: what each parallelism dimension sends.
+
+From the communication log (one row per collective call or point-to-point
+message; see ``simulator.runner``): per dimension and operation the number of
+calls, the volume, message sizes (smallest, median, largest), time in flight
+and time the first member waited; and message-size histograms in powers of two
+(the bins papers use for "many small messages").
+
+``bytes`` is the payload of the call as the program states it (a collective's
+buffer size per rank, a message's size), not the wire bytes an algorithm moves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from simulator.units import format_bytes
+
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+             "#000000")
+
+
+def profile(comms: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dimension, collective): calls, volume, sizes, time, waiting."""
+    frame = comms.assign(dimension=comms["dimension"].astype(str),
+                         duration=comms["end"] - comms["start"])
+    grouped = frame.groupby(["dimension", "collective"], sort=True)
+    table = grouped.agg(calls=("bytes", "size"), bytes_total=("bytes", "sum"),
+                        bytes_min=("bytes", "min"), bytes_median=("bytes", "median"),
+                        bytes_max=("bytes", "max"), busy_s=("duration", "sum"),
+                        wait_s=("wait", "sum")).reset_index()
+    return table
+
+
+def size_bin(size: np.ndarray) -> np.ndarray:
+    """The power-of-two bin of each size: floor(log2(bytes)), 0 for under 2 B.
+
+    >>> size_bin(np.array([1.0, 3.0, 4096.0, 5000.0])).tolist()
+    [0, 1, 12, 12]
+    """
+    return np.floor(np.log2(np.maximum(size, 1.0))).astype(int)
+
+
+def histogram(comms: pd.DataFrame) -> pd.DataFrame:
+    """Calls and volume per (dimension, power-of-two size bin)."""
+    frame = comms.assign(dimension=comms["dimension"].astype(str),
+                         bin=size_bin(comms["bytes"].to_numpy(float)))
+    table = frame.groupby(["dimension", "bin"], sort=True).agg(
+        calls=("bytes", "size"), bytes_total=("bytes", "sum")).reset_index()
+    table.insert(2, "from_bytes", 2.0 ** table["bin"])
+    return table.drop(columns="bin")
+
+
+def format_profile(table: pd.DataFrame) -> str:
+    """The profile as an aligned text table."""
+    header = (f"{'dimension':<10} {'operation':<16} {'calls':>9} {'volume':>12} "
+              f"{'min':>11} {'median':>11} {'max':>11} {'busy':>10} {'waited':>10}")
+    lines = [header, "-" * len(header)]
+    for row in table.itertuples(index=False):
+        lines.append(f"{row.dimension:<10} {row.collective:<16} {row.calls:>9,} "
+                     f"{format_bytes(row.bytes_total):>12} {format_bytes(row.bytes_min):>11} "
+                     f"{format_bytes(row.bytes_median):>11} {format_bytes(row.bytes_max):>11} "
+                     f"{row.busy_s:>9.4f}s {row.wait_s:>9.4f}s")
+    return "\n".join(lines)
+
+
+def format_histogram(table: pd.DataFrame) -> str:
+    """Calls per size bin and dimension as a text table."""
+    pivot = table.pivot_table(index="from_bytes", columns="dimension", values="calls",
+                              aggfunc="sum", fill_value=0).sort_index()
+    lines = [f"{'size from':>12} " + " ".join(f"{d:>9}" for d in pivot.columns)]
+    for size, row in pivot.iterrows():
+        lines.append(f"{format_bytes(size):>12} " + " ".join(f"{int(v):>9,}" for v in row))
+    return "\n".join(lines)
+
+
+def plot_histogram(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """Message counts per power-of-two size bin, one bar series per dimension."""
+    from simulator.gantt import save
+
+    pivot = table.pivot_table(index="from_bytes", columns="dimension", values="calls",
+                              aggfunc="sum", fill_value=0).sort_index()
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(pivot.columns))
+    x = np.arange(len(pivot.index))
+    for n, dimension in enumerate(pivot.columns):
+        ax.bar(x + n * width, pivot[dimension].to_numpy(), width=width, label=dimension,
+               color=OKABE_ITO[n % len(OKABE_ITO)])
+    ax.set_xticks(x + width * (len(pivot.columns) - 1) / 2,
+                  [format_bytes(v).replace(".00", "") for v in pivot.index], rotation=45,
+                  ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bin from)")
+    ax.set_ylabel("calls")
+    ax.set_title(f"{title}: messages per size and dimension" if title else
+                 "messages per size and dimension")
+    ax.legend(frameon=False)
+    return save(fig, path)

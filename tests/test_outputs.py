@@ -1,0 +1,188 @@
+"""What a run writes and the commands that read it back: the Perfetto trace
+(validated against the trace-event format), the communication log and
+profile, link traffic, and every figure in every format."""
+
+import copy
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from simulator import comms, run, run_dir
+from simulator.cli import main
+from simulator.gantt import choose_rows, identical_ranks, rank_ranges
+from simulator.ir import Collective
+from simulator.traffic import server_traffic
+from tests.test_parallelism import tiny
+
+MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}
+METADATA = {"process_name", "thread_name", "thread_sort_index", "process_sort_index"}
+
+
+def validate_trace_events(trace: dict) -> None:
+    """Check a trace against the Chrome trace-event format (the JSON object form):
+    required fields and types per phase, flow chains start/step/finish in time
+    order and land inside a complete slice of their thread."""
+    assert isinstance(trace["traceEvents"], list)
+    slices: dict[tuple, list[tuple[float, float]]] = {}
+    flows: dict[int, list[dict]] = {}
+    for e in trace["traceEvents"]:
+        assert e["ph"] in {"X", "M", "C", "s", "t", "f"}, e
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] == "M":
+            assert e["name"] in METADATA and isinstance(e["args"], dict)
+        elif e["ph"] == "X":
+            assert isinstance(e["tid"], int) and isinstance(e["cat"], str)
+            assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0
+            slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+        elif e["ph"] == "C":
+            assert e["args"] and all(isinstance(v, (int, float)) for v in e["args"].values())
+        else:
+            assert isinstance(e["id"], int) and isinstance(e["tid"], int)
+            flows.setdefault(e["id"], []).append(e)
+    for chain in flows.values():
+        assert [e["ph"] for e in chain][0] == "s" and chain[-1]["ph"] == "f"
+        assert all(e["ph"] == "t" for e in chain[1:-1])
+        for e in chain:
+            assert any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e["tid"])])
+    json.dumps(trace)
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    """A 1F1B run with TP and DP written by ``clustersim run``."""
+    scenario = tiny(tp=2, pp=2, dp=4)
+    out = tmp_path_factory.mktemp("pipeline")
+    result = run(copy.deepcopy(scenario))
+    run_dir.write(result, out)
+    return out, result
+
+
+def test_trace_validates_and_links_each_call(pipeline_dir):
+    out, result = pipeline_dir
+    trace = json.loads((out / "trace.json").read_text())
+    validate_trace_events(trace)
+    events = trace["traceEvents"]
+    comm = [e for e in events if e["ph"] == "X" and e["cat"] == "comm"]
+    assert all({"group", "collective", "algorithm", "bytes", "microbatch", "layer"}
+               <= e["args"].keys() for e in comm)
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    spans = result.spans
+    linked = spans[(spans["kind"] == "comm") & (spans["call"] >= 0)]
+    multi = linked.groupby("call")["rank"].nunique()
+    assert starts == set(multi[multi >= 2].index)
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"NVLink out (GB/s)", "network out (GB/s)"} <= counters
+    assert any(name.startswith("memory rank 0") for name in counters)
+
+
+def test_run_directory_reads_back(pipeline_dir):
+    out, result = pipeline_dir
+    finished = run_dir.read(out)
+    assert finished.summary == json.loads((out / "summary.json").read_text())
+    assert len(finished.spans) == len(result.spans)
+    assert len(finished.comms) == len(result.comms)
+    assert {"dimension", "wait", "group", "bytes", "start", "end"} <= set(finished.comms.columns)
+    assert (finished.comms["wait"] >= 0).all()
+    for name in ("ranks.csv", "streams.csv", "critical_path.csv", "comms.parquet"):
+        assert (out / name).stat().st_size > 0
+    parquet = pd.read_parquet(out / "comms.parquet")
+    assert list(parquet.columns) == list(result.comms.columns)
+    assert parquet["end"].tolist() == result.comms["end"].tolist()
+
+
+def test_comms_profile_adds_up(pipeline_dir):
+    _, result = pipeline_dir
+    table, bins = comms.profile(result.comms), comms.histogram(result.comms)
+    assert table["calls"].sum() == len(result.comms) == bins["calls"].sum()
+    assert table["bytes_total"].sum() == pytest.approx(result.comms["bytes"].sum())
+    assert set(table["dimension"]) == {"tp", "pp", "dp", "embd"}
+    pp = table[table["dimension"] == "pp"].iloc[0]
+    assert pp["collective"] == "send_recv" and pp["bytes_min"] == 512 * 512 * 2
+
+
+def test_link_traffic_integrates_to_the_wire_bytes():
+    result = run(tiny(dp=16))  # ring all-reduces: every byte leaves through NICs and NVLink
+    groups, fabric, lowering = result._context
+    traffic = server_traffic(result.comms, groups, result.placement, fabric, lowering)
+    total = 0.0
+    for (_server, name), (times, rate) in traffic.items():
+        assert rate[-1] == 0.0 and (rate >= -1e-9).all()
+        if name.startswith("network"):
+            total += float(np.sum(rate[:-1] * np.diff(times))) * 1e9
+    expected = 0.0
+    _, kind = fabric.link_classes()
+    for row in result.comms.itertuples():
+        members = [result.placement[r] for r in groups[row.group][row.group_index]]
+        lowered = lowering(Collective(row.collective), members, row.bytes)
+        for route, size in zip(lowered.routes, lowered.sizes, strict=True):
+            expected += size * lowered.steps * sum(kind[link] == 2 for link in route)
+    assert total == pytest.approx(expected, rel=1e-6)
+
+
+def test_identical_ranks_share_a_row():
+    scenario = tiny(tp=8, dp=2)
+    scenario["simulation"] = {"tensor_parallel_gangs": True}
+    result = run(scenario)
+    groups = identical_ranks(result.spans)
+    assert all(len(g) % 8 == 0 for g in groups) and sum(map(len, groups)) == 16
+    rows, total = choose_rows(result.spans, group=True)
+    assert total == len(groups) and rows[0].label.startswith("ranks 0-")
+    rows, total = choose_rows(result.spans)  # 16 ranks or fewer: one row each by default
+    assert total == 16 and rows[3].label == "rank 3"
+    assert rank_ranges([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+
+
+@pytest.mark.parametrize("fmt", ["png", "pdf", "svg"])
+def test_every_figure_in_every_format(pipeline_dir, tmp_path, fmt, capsys):
+    out, result = pipeline_dir
+    files = {
+        "gantt": (["gantt", str(out), "--out", str(tmp_path / f"g.{fmt}"), "--ranks", "0-3",
+                   "--from", "1 ms", "--streams"], tmp_path / f"g.{fmt}"),
+        "comms": (["comms", str(out), "--plot", str(tmp_path / f"h.{fmt}")],
+                  tmp_path / f"h.{fmt}"),
+        "compare": (["compare", str(out), str(out), "--out", str(tmp_path / f"c.{fmt}")],
+                    tmp_path / f"c.{fmt}"),
+    }
+    for args, path in files.values():
+        assert main(args) == 0
+        assert path.read_bytes()[:len(MAGIC[fmt])] == MAGIC[fmt]
+    result.memory_plot(str(tmp_path / f"m.{fmt}"))
+    assert (tmp_path / f"m.{fmt}").read_bytes()[:len(MAGIC[fmt])] == MAGIC[fmt]
+    if fmt == "svg":  # text stays text: labels are <text>, not glyph paths
+        assert "<text" in (tmp_path / "g.svg").read_text()
+
+
+def test_python_api_needs_no_files(pipeline_dir):
+    _, result = pipeline_dir
+    assert isinstance(result.gantt(), Figure)
+    assert isinstance(result.gantt(ranks=[0, 2], start=0.001, end=0.002, streams=True), Figure)
+    assert isinstance(result.spans, pd.DataFrame) and isinstance(result.comms, pd.DataFrame)
+    assert len(result.ranks()) == 16 and len(result.critical_path()) > 0
+
+
+def test_comms_and_compare_print_tables(pipeline_dir, capsys):
+    out, _ = pipeline_dir
+    assert main(["comms", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "send_recv" in text and "size from" in text
+    assert main(["compare", str(out), str(out), "--out", str(out / "cmp.png")]) == 0
+    text = capsys.readouterr().out
+    assert "iteration_time_s" in text and "1.000" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["gantt", "/nonexistent/run"], "error: /nonexistent/run: not a run directory"),
+    (["gantt", "{out}", "--ranks", "0-99"], "error: --ranks: '0-99' is outside ranks 0-15"),
+    (["gantt", "{out}", "--from", "soon"], "error: --from: 'soon' is not a time"),
+    (["gantt", "{out}", "--from", "2 ms", "--to", "1 ms"], "error: --to: 1 ms must be later"),
+    (["gantt", "{out}", "--out", "x.jpg"], "error: --out: x.jpg must end in one of"),
+    (["comms", "{out}", "--plot", "x.gif"], "error: --plot: x.gif must end in one of"),
+])
+def test_bad_arguments_exit_2_with_one_line(pipeline_dir, capsys, args, message):
+    out, _ = pipeline_dir
+    code = main([a.format(out=out) for a in args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(message) and err.count("\n") == 1
