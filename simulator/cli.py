@@ -112,6 +112,7 @@ def _human(summary: dict, out: Path) -> str:
         f"overlapped comm {format_time(summary['overlapped_comm_s'])}, "
         f"waiting {format_time(summary['comm_wait_s'])}, "
         f"bubble {format_time(summary['bubble_s'])}",
+        _critical_line(summary["critical_path"]),
         f"peak memory      {summary['peak_memory_gib']:.2f} GiB of "
         f"{summary['gpu_memory_gib']:.0f} GiB"
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
@@ -121,6 +122,15 @@ def _human(summary: dict, out: Path) -> str:
         f"outputs          {out}/",
     ]
     return "\n".join(lines)
+
+
+def _critical_line(path: dict) -> str:
+    parts = [f"{name} {format_time(path[f'{name}_s'])}"
+             for name in ("compute", "communication", "waiting", "bubble", "idle")
+             if path[f"{name}_s"] > 0]
+    where = f"{path['ranks']} rank(s)" + (f", {path['stages']} stage(s)" if "stages" in path
+                                          else "")
+    return f"critical path    {', '.join(parts)} over {path['spans']:,} spans on {where}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -137,14 +137,17 @@ def critical_path(spans: pd.DataFrame) -> pd.DataFrame:
         if end < cursor - index.eps:  # nothing ended when ``cursor``'s span started
             rows.append((int(index.rank[current]), "", "idle", "", end, cursor, "idle", -1))
         rows.append((int(index.rank[current]), index.stream[current], index.kind[current],
-                     str(spans["name"].iat[current]), start, min(end, cursor),
+                     "", start, min(end, cursor),
                      category(index.kind[current], index.stream[current]), current))
         cursor = start
         current = _previous(index, current)
     if cursor > index.eps:
         rank = rows[-1][0] if rows else 0
         rows.append((rank, "", "idle", "", 0.0, cursor, "idle", -1))
-    return pd.DataFrame(rows[::-1], columns=list(PATH_COLUMNS))
+    path = pd.DataFrame(rows[::-1], columns=list(PATH_COLUMNS))
+    named = path["span"].to_numpy() >= 0
+    path.loc[named, "name"] = spans["name"].iloc[path["span"][named]].astype(str).to_numpy()
+    return path
 
 
 def shares(path: pd.DataFrame, stage_of: dict[int, int] | None = None) -> dict[str, object]:

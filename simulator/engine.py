@@ -320,21 +320,27 @@ class Engine:
     def _inline(self, rank: int, op_index: int) -> float | None:
         """Run an exclusive-link collective now, at its planned time, if it is next on
         its stream, its inputs' ends are known, and this rank's gang is its whole
-        group; return its end, or None."""
+        group; return its end, or None. (A hot path: plain loops, no helpers.)"""
         ops = self.program.ops[rank]
         where = self._inlinable[id(ops)][op_index]
         if where is None:
             return None
         stream, position, previous = where
-        if self._cursor[(rank, stream)] != position:
+        key = (rank, stream)
+        if self._cursor[key] != position:
             return None
         op, done = ops[op_index], self.done[rank]
         index = self._group_of[op.group][rank]
-        if (op.group, index) not in self._covered or any(done[d] is None for d in op.deps):
+        if (op.group, index) not in self._covered:
             return None
-        start = max([done[d] for d in op.deps]
-                    + ([done[previous]] if previous is not None else []) + [self.env.now])
-        self._cursor[(rank, stream)] = position + 1
+        start = self.env.now
+        for d in (*op.deps, previous) if previous is not None else op.deps:
+            end = done[d]
+            if end is None:
+                return None
+            if end > start:
+                start = end
+        self._cursor[key] = position + 1
         self._alone(rank, op_index, op, index, start)
         return done[op_index]
 
@@ -346,12 +352,12 @@ class Engine:
     def _finish(self, rank: int, op_index: int, end: float) -> None:
         """Record when an op ends (possibly in the future) and wake its waiters."""
         self.done[rank][op_index] = end
-        for delta, category in self.program.ops[rank][op_index].mem:
-            self.memory_events[rank].append((end, delta, category))
-        waiters = self._waiters.pop((rank, op_index), ())
-        if waiters:
+        mem = self.program.ops[rank][op_index].mem
+        if mem:
+            self.memory_events[rank].extend((end, delta, category) for delta, category in mem)
+        if (rank, op_index) in self._waiters:
             delay = max(0.0, end - self.env.now)
-            for event in waiters:  # wake them when the op ends, in one event each
+            for event in self._waiters.pop((rank, op_index)):  # each wakes when the op ends
                 succeed_at(self.env, event, delay)
 
     def _collective(self, rank: int, op_index: int, op: Op):

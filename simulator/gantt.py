@@ -5,7 +5,8 @@ colours, micro-batch numbers written on blocks wide enough to hold them) and,
 below it, one sub-lane per communication stream present (tensor, context, data
 and pipeline parallel, coloured by stream). Waiting for peers in a collective
 is vermillion with hatching; a pipeline stage waiting for its neighbour (the
-bubble) is grey, so the two stay apart in print. With ``streams=True`` every
+bubble) is grey, in its lane and shading the idle compute lane, so the two
+stay apart in print. With ``streams=True`` every
 (rank, stream) gets its own row instead.
 
 Ranks whose timelines are identical (same spans, same times) share one row
@@ -221,6 +222,13 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
                            hatch=HATCH.get(name), edgecolor="white" if name in HATCH else None,
                            linewidth=0)
             used.add(name)
+        bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == "pp")]
+        if not streams and len(bubbles):  # the bubble also shades the idle compute lane
+            offset, height = lanes["compute"]
+            ax.broken_barh(list(zip(bubbles["start"] * scale,
+                                    (bubbles["end"] - bubbles["start"]) * scale, strict=True)),
+                           (y + offset, height), facecolors=CATEGORIES["pipeline bubble"],
+                           alpha=0.45, linewidth=0, zorder=0.5)
         compute = frame[frame["kind"] == "compute"]
         if labels and len(compute):
             offset, height = lanes["compute"]

@@ -252,7 +252,8 @@ def _comms(rows: list[tuple]) -> pd.DataFrame:
     """The communication log: every collective call and message, with the
     parallelism dimension of its group and how long its first member waited."""
     comms = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
-    dimension = comms["group"].astype(str).str.split(".").str[0]
+    groups = comms["group"].astype("category")  # few distinct groups: map those
+    dimension = groups.map({g: str(g).split(".")[0] for g in groups.cat.categories})
     comms.insert(0, "dimension", dimension.astype("category"))
     comms["wait"] = comms["start"] - comms["first_arrival"]
     return comms

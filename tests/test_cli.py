@@ -139,7 +139,8 @@ def test_same_scenario_same_files_byte_for_byte(tmp_path):
         assert main(["run", str(QUICKSTART), "--out", str(out),
                      "--set", "model.preset=gpt3-350m"]) == 0
         outs.append(out)
-    for file in ("trace.json", "spans.csv", "comms.csv", "scenario.yaml"):
+    for file in ("trace.json", "spans.csv", "comms.csv", "comms.parquet", "scenario.yaml",
+                 "ranks.csv", "streams.csv", "critical_path.csv", "gantt.png", "memory.png"):
         assert (outs[0] / file).read_bytes() == (outs[1] / file).read_bytes(), file
     a, b = (json.loads((o / "summary.json").read_text()) for o in outs)
     a.pop("wall_s"), b.pop("wall_s")
