@@ -256,17 +256,18 @@ def draw_breakdown(ax: Axes, spans: pd.DataFrame, rows: list[Row], iteration: fl
             left += share
     ax.set_xlim(0, 1)
     ax.set_xticks([0, 0.5, 1], ["0", "50", "100 %"], fontsize=7)
+    ax.set_xlabel("share of iteration", fontsize=7)
     ax.set_title("time breakdown", fontsize=8)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04 if len(rows) > 8 else -0.25),
-              fontsize=6, frameon=False, ncol=2)
+    ax.figure.legend(*ax.get_legend_handles_labels(), loc="outside upper right", fontsize=6,
+                     frameon=False, ncol=5, title="breakdown", title_fontsize=6)
 
 
-def _legend(ax: Axes, used: set[str], rows: int) -> None:
+def _legend(fig: Figure, used: set[str]) -> None:
+    """The span categories, below the chart (outside the axes: nothing overlaps)."""
     handles = [Patch(facecolor=c, label=n, hatch=HATCH.get(n), edgecolor="white")
                for n, c in CATEGORIES.items() if n in used]
-    ax.legend(handles=handles, loc="upper center",
-              bbox_to_anchor=(0.5, -0.04 if rows > 8 else -0.25),
-              ncol=min(5, max(1, len(handles))), frameon=False, fontsize=7)
+    fig.legend(handles=handles, loc="outside lower center",
+               ncol=min(5, max(1, len(handles))), frameon=False, fontsize=7)
 
 
 def _title(title: str, rows: list[Row], total: int, ranks: int) -> str:
@@ -301,7 +302,7 @@ def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
     ax.set_xlim(lo * scale, hi * scale)
     ax.set_xlabel(f"time ({unit})")
     ax.set_title(_title(title, rows, total, spans["rank"].nunique()), fontsize=9)
-    _legend(ax, used, len(rows))
+    _legend(fig, used)
     if grid is not None:
         side = fig.add_subplot(grid[0, 1], sharey=ax)
         draw_breakdown(side, spans, rows, iteration)
@@ -347,5 +348,5 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, titles: tuple[str, str],
                             rows, total, spans["rank"].nunique()), fontsize=9)
     axes[1].set_xlim(lo * scale, hi * scale)
     axes[1].set_xlabel(f"time ({unit})")
-    _legend(axes[1], used, sum(heights))
+    _legend(fig, used)
     return fig
