@@ -6,6 +6,10 @@
     clustersim gantt RUN_DIR [--out FILE] [--ranks 0-7,64] [--from T] [--to T] [--streams]
     clustersim comms RUN_DIR [--csv FILE] [--plot FILE]
     clustersim compare RUN_A RUN_B [--out FILE]
+    clustersim sweep BASE.yaml --grid KEY=V1,V2 [--zip KEY=V1,V2 ...] --out DIR
+                     [--workers N] [--dask tcp://HOST:8786] [--retry-failed]
+    clustersim sweep SWEEP.yaml --out DIR ...   (a file with base, grid, zip)
+    clustersim plot DIR --x KEY --y METRIC [--hue KEY | --z METRIC] [--out FILE]
     clustersim presets
 
 Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr).
@@ -19,6 +23,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from simulator import run_dir
 from simulator.collectives import CollectiveError
@@ -58,7 +64,36 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b")
     compare.add_argument("--out", help="figure file (default: RUN_B/compare.png)")
     compare.add_argument("--ranks", help="ranks to draw in both, e.g. 0-7,64")
+    _sweep_parsers(sub)
     return parser
+
+
+def _sweep_parsers(sub) -> None:
+    sweep = sub.add_parser("sweep", help="run many scenarios from one base",
+                           description="Run the cartesian product of --grid values (crossed "
+                                       "with --zip rows) over a base scenario, in parallel; "
+                                       "re-run the same command to resume.")
+    sweep.add_argument("base", help="base scenario YAML, or a sweep file (base, grid, zip)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="a key and its values; every combination runs (repeatable)")
+    sweep.add_argument("--zip", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="keys whose values pair up element by element (repeatable)")
+    sweep.add_argument("--out", required=True, help="results directory")
+    sweep.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                       help="local worker processes (default: the number of cores)")
+    sweep.add_argument("--dask", metavar="ADDRESS",
+                       help="run on an existing Dask scheduler, e.g. tcp://host:8786")
+    sweep.add_argument("--retry-failed", action="store_true",
+                       help="run again the cases that failed last time")
+    plot = sub.add_parser("plot", help="draw a sweep's results",
+                          description="Lines of --y against --x (one per --hue value), or a "
+                                      "heatmap of --z over --x and --y.")
+    plot.add_argument("sweep_dir", help="a directory written by clustersim sweep")
+    plot.add_argument("--x", required=True, help="column for the x axis, e.g. cluster.nodes")
+    plot.add_argument("--y", required=True, help="metric (line) or key (heatmap)")
+    plot.add_argument("--hue", help="one line per value of this column")
+    plot.add_argument("--z", help="metric for a heatmap over --x and --y")
+    plot.add_argument("--out", help="figure file (default: DIR/plot.png)")
 
 
 def _gantt_parser(sub) -> None:
@@ -205,6 +240,92 @@ def cmd_comms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _design(args: argparse.Namespace) -> tuple[Path, dict, dict]:
+    from simulator import sweep
+
+    grid = dict(sweep.parse_axis(text, "--grid") for text in args.grid)
+    zipped = dict(sweep.parse_axis(text, "--zip") for text in args.zip)
+    raw = load_yaml_mapping(args.base)
+    if "base" in raw:  # a sweep file; command-line axes add to its own
+        base, file_grid, file_zip = sweep.read_design(args.base)
+        return base, {**file_grid, **grid}, {**file_zip, **zipped}
+    if not grid and not zipped:
+        raise ScenarioError("sweep: give --grid KEY=V1,V2 (or --zip), or a sweep file")
+    return Path(args.base), grid, zipped
+
+
+def load_yaml_mapping(path: str) -> dict:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ScenarioError(f"{path}: cannot read ({error})") from None
+    return raw if isinstance(raw, dict) else {}
+
+
+class _Bar:
+    """tqdm progress bar: cases done, failed, ETA."""
+
+    def __init__(self, total: int, done: int) -> None:
+        from tqdm import tqdm
+
+        self.failed = 0
+        self.bar = tqdm(total=total, initial=done, unit="case", dynamic_ncols=True)
+
+    def update(self, row: dict) -> None:
+        self.failed += row["status"] != "ok"
+        self.bar.set_postfix(failed=self.failed, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator import sweep
+
+    base, grid, zipped = _design(args)
+    if args.workers < 1:
+        raise ScenarioError(f"--workers: {args.workers} must be at least 1")
+    try:
+        results, invalid = sweep.sweep(base, grid, zipped, args.out, args.workers, args.dask,
+                                       args.retry_failed, _Bar)
+    except KeyboardInterrupt:
+        print(f"interrupted: the finished cases are in {args.out}/results.csv; run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
+    table = results.table()
+    failed = table[table["status"] != "ok"] if len(table) else table
+    print(f"{len(table)} cases in {args.out}/results.csv (and .parquet): "
+          f"{len(table) - len(failed)} ok, {len(failed)} failed, {len(invalid)} invalid")
+    for error in list(dict.fromkeys(invalid.values()))[:5]:
+        print(f"  invalid: {error}")
+    for error in failed["error"].head(5) if len(failed) else []:
+        print(f"  failed: {error}")
+    return 0 if len(failed) == 0 else 1
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from simulator.sweep_plot import plot
+
+    path = Path(args.sweep_dir) / "results.parquet"
+    if not path.exists():
+        raise ScenarioError(f"{args.sweep_dir}: no results.parquet (run clustersim sweep)")
+    out = Path(args.out) if args.out else Path(args.sweep_dir) / "plot.png"
+    if out.suffix.lstrip(".") not in FORMATS:
+        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    if args.hue and args.z:
+        raise ScenarioError("--hue: a heatmap (--z) has no hue; give one of them")
+    try:
+        plot(pd.read_parquet(path), out, args.x, args.y, args.hue, args.z,
+             title=Path(args.sweep_dir).name)
+    except ValueError as error:
+        raise ScenarioError(str(error)) from None
+    print(out)
+    return 0
+
+
 COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "compute_s",
             "exposed_comm_s", "overlapped_comm_s", "comm_wait_s", "bubble_s", "idle_s",
             "peak_memory_gib", "gpus")
@@ -302,7 +423,8 @@ def cmd_collective(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "presets": cmd_presets, "collective": cmd_collective,
-               "gantt": cmd_gantt, "comms": cmd_comms, "compare": cmd_compare}[args.command]
+               "gantt": cmd_gantt, "comms": cmd_comms, "compare": cmd_compare,
+               "sweep": cmd_sweep, "plot": cmd_plot}[args.command]
     try:
         return handler(args)
     except ScenarioError as error:

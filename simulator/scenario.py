@@ -487,25 +487,35 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer")
 
 
+def set_key(raw: dict[str, Any], path: str, value: Any, source: str = "--set") -> None:
+    """Set the dotted key ``path`` of a scenario dict, making sections as needed."""
+    keys = path.strip().split(".")
+    node = raw
+    for i, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ScenarioError(f"{source}: {'.'.join(keys[:i + 1])} is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides; values are read as YAML scalars."""
     for assignment in assignments:
         path, sep, text = assignment.partition("=")
         if not sep or not path.strip():
             raise ScenarioError(f"--set: {assignment!r} must look like key.path=value")
-        keys = path.strip().split(".")
-        node = raw
-        for i, key in enumerate(keys[:-1]):
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                raise ScenarioError(f"--set: {'.'.join(keys[:i + 1])} is a value, not a section")
-            node = child
-        node[keys[-1]] = yaml.safe_load(text) if text.strip() else None
+        set_key(raw, path, yaml.safe_load(text) if text.strip() else None)
     return raw
 
 
 def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
     """Read, override and check a scenario file."""
+    return from_dict(apply_overrides(read_raw(path), overrides), base_dir=Path(path).parent)
+
+
+def read_raw(path: str | Path) -> dict[str, Any]:
+    """A scenario file as a dict (``name`` defaults to the file's stem), unchecked."""
     file = Path(path)
     try:
         raw = yaml.safe_load(file.read_text())
@@ -515,7 +525,10 @@ def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ScenarioError(f"{path}: not valid YAML{where}") from None
-    if isinstance(raw, dict):
-        raw.setdefault("name", file.stem)
-    return from_dict(apply_overrides(raw if raw is not None else {}, overrides),
-                     base_dir=file.parent)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario is a mapping of sections, not "
+                            f"{type(raw).__name__}")
+    raw.setdefault("name", file.stem)
+    return raw

@@ -1,0 +1,348 @@
+"""Sweeps: many scenarios from one base, run in parallel, nothing lost.
+
+A sweep is a base scenario plus a design: ``grid`` keys (every combination,
+the cartesian product, in the order given) and ``zip`` keys (lists of equal
+length, paired element by element, each pair crossed with the grid). Every
+case is checked with the strict scenario loader before anything runs;
+impossible cases are reported and skipped.
+
+Each finished case is appended at once to ``DIR/results.jsonl`` (one JSON line,
+written and flushed in one call) and the results table
+(``results.csv``, ``results.parquet``: the case's full scenario as dotted
+columns plus every summary key, nested ones flattened) is rewritten
+atomically (a temporary file, then a rename). So a crash or Ctrl-C leaves a
+consistent table, and running the same command again skips the cases already
+finished (a case is named by a hash of its overrides). A case that fails
+records its error and the sweep goes on.
+
+Cases run in local worker processes (``workers``), or on an existing Dask
+cluster (``dask``: the scheduler's address); ``dask`` and ``distributed`` are
+optional extras.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from simulator.scenario import ScenarioError, from_dict, read_raw, set_key
+
+RESULTS = "results.jsonl"
+DESIGN = "sweep.yaml"
+
+
+class SweepError(ScenarioError):
+    """A sweep that cannot start (bad design, output of another sweep)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scenario of a sweep: the base with ``overrides`` ((dotted key, value), ...)."""
+
+    overrides: tuple[tuple[str, Any], ...]
+
+    @property
+    def id(self) -> str:
+        """A stable name: the same overrides give the same id in every run."""
+        text = json.dumps([[k, v] for k, v in self.overrides], sort_keys=True, default=str)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def scenario(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        """The base scenario dict with this case's overrides applied."""
+        raw = copy.deepcopy(dict(base))
+        for key, value in self.overrides:
+            set_key(raw, key, value, source=key)
+        return raw
+
+
+def split_values(text: str) -> list[Any]:
+    """``"12.5 GB/s,25 GB/s"`` -> ``["12.5 GB/s", "25 GB/s"]``; each value is read as
+    YAML (so ``1,2`` gives numbers); commas inside brackets or quotes stay.
+
+    >>> split_values("1,2, [3, 4],'a,b'")
+    [1, 2, [3, 4], 'a,b']
+    """
+    parts, depth, quote, current = [], 0, None, ""
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    parts.append(current)
+    return [yaml.safe_load(part) for part in parts if part.strip()]
+
+
+def parse_axis(text: str, option: str) -> tuple[str, list[Any]]:
+    """``key=v1,v2,...`` from the command line."""
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise SweepError(f"{option}: {text!r} must look like key.path=value1,value2,...")
+    return key.strip(), split_values(values)
+
+
+def expand(grid: Mapping[str, list], zipped: Mapping[str, list] | None = None) -> list[Case]:
+    """Every case of the design: the grid's cartesian product crossed with the
+    zipped rows (grid keys vary slowest, in the order given).
+
+    >>> for case in expand({"a": [1, 2]}, {"b": [3, 4], "c": [5, 6]}):
+    ...     print(case.overrides)
+    (('a', 1), ('b', 3), ('c', 5))
+    (('a', 1), ('b', 4), ('c', 6))
+    (('a', 2), ('b', 3), ('c', 5))
+    (('a', 2), ('b', 4), ('c', 6))
+    """
+    zipped = dict(zipped or {})
+    for key, values in {**grid, **zipped}.items():
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{key}: {values!r} must be a non-empty list of values")
+    lengths = {key: len(values) for key, values in zipped.items()}
+    if len(set(lengths.values())) > 1:
+        raise SweepError("zip: lists must have equal lengths, got "
+                         + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+    rows = list(zip(*zipped.values(), strict=True)) if zipped else [()]
+    cases = []
+    for combination in product(*grid.values()):
+        for row in rows:
+            cases.append(Case(tuple(zip(grid, combination, strict=True))
+                              + tuple(zip(zipped, row, strict=True))))
+    return cases
+
+
+def read_design(path: str | Path) -> tuple[Path, dict, dict]:
+    """A sweep file: ``base`` (scenario path, relative to the file), ``grid`` and
+    ``zip`` (mappings of dotted key -> list of values)."""
+    file = Path(path)
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise SweepError(f"{path}: cannot read the sweep file ({error})") from None
+    if not isinstance(raw, dict) or "base" not in raw:
+        raise SweepError(f"{path}: a sweep file needs 'base' (a scenario file) and 'grid' "
+                         "and/or 'zip'")
+    unknown = set(raw) - {"base", "grid", "zip"}
+    if unknown:
+        raise SweepError(f"{path}: unknown key {sorted(unknown)[0]!r}; allowed: base, grid, zip")
+    for section in ("grid", "zip"):
+        if not isinstance(raw.get(section) or {}, dict):
+            raise SweepError(f"{section}: must map dotted keys to lists of values")
+    return file.parent / raw["base"], dict(raw.get("grid") or {}), dict(raw.get("zip") or {})
+
+
+def validate(base: Mapping[str, Any], cases: Iterable[Case], base_dir: Path | None
+             ) -> tuple[list[Case], dict[str, str]]:
+    """(cases that load, {case id: the loader's error} for the others)."""
+    good, bad = [], {}
+    for case in cases:
+        try:
+            from_dict(case.scenario(base), base_dir=base_dir)
+        except ScenarioError as error:
+            bad[case.id] = str(error)
+        else:
+            good.append(case)
+    return good, bad
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys; lists as JSON text (one cell each).
+
+    >>> flatten({"a": {"b": 1, "c": [1, 2]}, "d": None})
+    {'a.b': 1, 'a.c': '[1, 2]', 'd': None}
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}{key}."))
+        return out
+    if isinstance(value, (list, tuple)):
+        value = json.dumps(value, default=str)
+    return {prefix[:-1]: value}
+
+
+def run_case(base: Mapping[str, Any], base_dir: str | None, case: Case) -> dict[str, Any]:
+    """Simulate one case; its row of the results table (never raises for a
+    failing case: the error is in the row)."""
+    from simulator.runner import run
+
+    row: dict[str, Any] = {"case": case.id, "status": "ok", "error": ""}
+    raw = case.scenario(base)
+    row.update(flatten({k: v for k, v in raw.items() if k != "name"}))
+    try:
+        result = run(from_dict(raw, base_dir=Path(base_dir) if base_dir else None))
+    except Exception as error:  # noqa: BLE001 - one case's failure must not stop a sweep
+        row.update(status="failed", error=f"{type(error).__name__}: {error}")
+        return row
+    row.update(flatten(result.summary))
+    return row
+
+
+class Results:
+    """The sweep's results on disk: the JSON-lines log and the table built from it."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.rows: dict[str, dict] = {}
+        self.order: dict[str, int] = {}  # case id -> position in the design
+        log = out / RESULTS
+        if log.exists():
+            for line in log.read_text().splitlines():
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut short by a crash: that case runs again
+                    self.rows[row["case"]] = row
+
+    def finished(self, retry_failed: bool = False) -> set[str]:
+        return {cid for cid, row in self.rows.items()
+                if row["status"] == "ok" or not retry_failed}
+
+    def add(self, row: dict) -> None:
+        """Append one finished case to the log (one write) and rewrite the table."""
+        self.rows[row["case"]] = row
+        with open(self.out / RESULTS, "a") as log:
+            log.write(json.dumps(row, default=str) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+        self.write_table()
+
+    def table(self) -> pd.DataFrame:
+        """One row per finished case, in design order (whatever order they ended in)."""
+        rows = sorted(self.rows.values(),
+                      key=lambda row: (self.order.get(row["case"], len(self.order)), row["case"]))
+        return pd.DataFrame(rows)
+
+    def write_table(self) -> None:
+        table = self.table()
+        for suffix in ("csv", "parquet"):
+            final = self.out / f"results.{suffix}"
+            partial = final.with_name(f".{final.name}.partial")
+            if suffix == "csv":
+                table.to_csv(partial, index=False)
+            else:
+                _parquet_safe(table).to_parquet(partial, index=False)
+            partial.replace(final)
+
+
+def _parquet_safe(table: pd.DataFrame) -> pd.DataFrame:
+    """Columns mixing types (a key that is a number in one case and text in
+    another) become text, which Parquet needs."""
+    out = table.copy()
+    for column in out.columns:
+        kinds = {type(v) for v in out[column] if v is not None and v == v}
+        if len(kinds) > 1 and not kinds <= {int, float, bool}:
+            out[column] = out[column].map(lambda v: None if v is None else str(v))
+    return out
+
+
+def _write_invalid(out: Path, cases: list[Case], invalid: Mapping[str, str]) -> None:
+    """``invalid.csv``: the cases the loader refused, with its error."""
+    rows = [{"case": c.id, **{k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                              for k, v in c.overrides}, "error": invalid[c.id]}
+            for c in cases if c.id in invalid]
+    path = out / "invalid.csv"
+    if rows:
+        pd.DataFrame(rows).to_csv(path, index=False)
+    elif path.exists():
+        path.unlink()
+
+
+def prepare(out: Path, base: Mapping[str, Any]) -> Results:
+    """Create or reopen ``out``; refuse one holding a sweep of another base."""
+    out.mkdir(parents=True, exist_ok=True)
+    design = out / DESIGN
+    text = yaml.safe_dump({"base": dict(base)}, sort_keys=True)
+    if design.exists() and design.read_text() != text:
+        raise SweepError(f"--out: {out} holds a sweep of a different base scenario; "
+                         "choose another directory")
+    design.write_text(text)
+    return Results(out)
+
+
+def execute(base: Mapping[str, Any], base_dir: Path | None, cases: list[Case],
+            workers: int = 1, dask: str | None = None) -> Iterator[dict]:
+    """Run ``cases``; yield each row as it finishes (any order)."""
+    args = (dict(base), str(base_dir) if base_dir else None)
+    if dask:
+        yield from _on_dask(dask, args, cases)
+    elif workers <= 1:
+        for case in cases:
+            yield run_case(*args, case)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_case, *args, case) for case in cases]
+            try:
+                for future in as_completed(futures):
+                    yield future.result()
+            finally:
+                for future in futures:
+                    future.cancel()
+
+
+def _on_dask(address: str, args: tuple, cases: list[Case]) -> Iterator[dict]:
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise SweepError("--dask: needs the optional extras: pip install 'clustersim[dask]'"
+                         ) from None
+    try:
+        client = Client(address, timeout=10)
+    except OSError as error:
+        raise SweepError(f"--dask: cannot reach the scheduler at {address} ({error})") from None
+    try:
+        futures = client.map(run_case, *([a] * len(cases) for a in args), cases, pure=False)
+        for future in dask_completed(futures):
+            yield future.result()
+    finally:
+        client.close()
+
+
+def sweep(base_path: str | Path, grid: Mapping[str, list], zipped: Mapping[str, list],
+          out: str | Path, workers: int = 1, dask: str | None = None,
+          retry_failed: bool = False, progress: Callable[..., Any] | None = None
+          ) -> tuple[Results, dict[str, str]]:
+    """Validate and run a sweep into ``out``; return the results and the invalid cases.
+
+    ``progress(total, done_before)`` returns an object with ``update(row)`` and
+    ``close()`` (the CLI's progress bar); None runs silently.
+    """
+    base = read_raw(base_path)
+    base_dir = Path(base_path).parent
+    cases = expand(dict(grid), dict(zipped))
+    good, invalid = validate(base, cases, base_dir)
+    results = prepare(Path(out), base)
+    results.order = {case.id: n for n, case in enumerate(cases)}
+    _write_invalid(Path(out), cases, invalid)
+    done = results.finished(retry_failed)
+    todo = [case for case in good if case.id not in done]
+    bar = progress(len(good), len(good) - len(todo)) if progress else None
+    try:
+        for row in execute(base, base_dir, todo, workers, dask):
+            results.add(row)
+            if bar:
+                bar.update(row)
+    finally:
+        if bar:
+            bar.close()
+        results.write_table()
+    return results, invalid
