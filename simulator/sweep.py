@@ -10,10 +10,11 @@ Each finished case is appended at once to ``DIR/results.jsonl`` (one JSON line,
 written and flushed in one call) and the results table
 (``results.csv``, ``results.parquet``: the case's full scenario as dotted
 columns plus every summary key, nested ones flattened) is rewritten
-atomically (a temporary file, then a rename). So a crash or Ctrl-C leaves a
-consistent table, and running the same command again skips the cases already
-finished (a case is named by a hash of its overrides). A case that fails
-records its error and the sweep goes on.
+atomically (a temporary file, then a rename) at most once a second while
+cases stream in, and at the end or on Ctrl-C. So a crash or Ctrl-C leaves a
+consistent table, and running the same command again rebuilds it from the
+log and skips the cases already finished (a case is named by a hash of its
+overrides). A case that fails records its error and the sweep goes on.
 
 Cases run in local worker processes (``workers``), or on an existing Dask
 cluster (``dask``: the scheduler's address); ``dask`` and ``distributed`` are
@@ -25,7 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -198,10 +199,12 @@ def run_case(base: Mapping[str, Any], base_dir: str | None, case: Case) -> dict[
 class Results:
     """The sweep's results on disk: the JSON-lines log and the table built from it."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, refresh: float = 1.0) -> None:
         self.out = out
         self.rows: dict[str, dict] = {}
         self.order: dict[str, int] = {}  # case id -> position in the design
+        self.refresh = refresh  # seconds between table rewrites while cases stream in
+        self._written = 0.0
         log = out / RESULTS
         if log.exists():
             for line in log.read_text().splitlines():
@@ -217,13 +220,15 @@ class Results:
                 if row["status"] == "ok" or not retry_failed}
 
     def add(self, row: dict) -> None:
-        """Append one finished case to the log (one write) and rewrite the table."""
+        """Append one finished case to the log (one write, flushed) and rewrite the
+        table if the last rewrite is ``refresh`` seconds old (the sweep rewrites it
+        at its end and on Ctrl-C; the log alone rebuilds it after a crash)."""
         self.rows[row["case"]] = row
         with open(self.out / RESULTS, "a") as log:
             log.write(json.dumps(row, default=str) + "\n")
             log.flush()
-            os.fsync(log.fileno())
-        self.write_table()
+        if time.monotonic() - self._written >= self.refresh:
+            self.write_table()
 
     def table(self) -> pd.DataFrame:
         """One row per finished case, in design order (whatever order they ended in)."""
@@ -232,6 +237,7 @@ class Results:
         return pd.DataFrame(rows)
 
     def write_table(self) -> None:
+        self._written = time.monotonic()
         table = self.table()
         for suffix in ("csv", "parquet"):
             final = self.out / f"results.{suffix}"
