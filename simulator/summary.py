@@ -20,7 +20,7 @@ import pandas as pd
 
 from simulator import critical_path
 from simulator.ir import Program
-from simulator.timeline import PIPELINE_STREAM, breakdown, rank_intervals
+from simulator.timeline import PIPELINE_STREAM, breakdown, grouped_union_length, rank_intervals
 
 GIB = 2.0**30
 
@@ -101,6 +101,7 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "peak_memory_rank": peak_rank,
         "memory_gib": {k: v / GIB for k, v in categories.items()},
         "peak_memory_gib_by_stage": _by_stage(stages, [p for p, _ in peaks]),
+        "compute_s_by_stage": _compute_by_stage(spans, all_stages),
         "activation_gib_by_stage": _by_stage(stages, [c["activations"] for _, c in peaks]),
         "gpu_memory_gib": gpu_memory / GIB,
         "oom": peak_bytes > gpu_memory,
@@ -108,6 +109,20 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "oom_excess_gib": max(0.0, peak_bytes - gpu_memory) / GIB,
     })
     return summary
+
+
+def _compute_by_stage(spans: pd.DataFrame, stage_of: Sequence[int]) -> list[float]:
+    """The busiest rank's compute time in each pipeline stage (the slowest stage
+    sets a pipeline's pace)."""
+    compute = spans[spans["kind"] == "compute"]
+    ranks = np.sort(compute["rank"].unique())
+    busy = grouped_union_length(np.searchsorted(ranks, compute["rank"].to_numpy()),
+                                compute["start"].to_numpy(float),
+                                compute["end"].to_numpy(float), len(ranks))
+    out: dict[int, float] = {}
+    for rank, seconds in zip(ranks.tolist(), busy.tolist(), strict=True):
+        out[stage_of[rank]] = max(out.get(stage_of[rank], 0.0), seconds)
+    return [out[s] for s in sorted(out)]
 
 
 def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
