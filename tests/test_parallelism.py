@@ -284,3 +284,21 @@ def test_exclusive_tensor_parallel_links_give_the_same_timeline():
     assert a["end"].to_numpy() == pytest.approx(b["end"].to_numpy(), rel=1e-9)
     assert gang.summary["iteration_time_s"] == pytest.approx(full.summary["iteration_time_s"],
                                                              rel=1e-9)
+
+
+@pytest.mark.parametrize("sharding", [{"fsdp": {"sharding": "full_shard"}}, {"zero": 3}])
+def test_prefetch_gathers_one_layer_ahead_whatever_the_bandwidth(sharding):
+    """Fast links must not let the all-gathers run ahead of the compute (which
+    held every layer's parameters at once): FSDP's prefetch issues the next
+    layer's gather as the current layer starts, so the peak stays put."""
+    peaks = {}
+    for bandwidth in ("12.5 Gb/s", "400 Gb/s"):
+        scenario = {"name": "prefetch", "cluster": {"preset": "dgx-a100", "nodes": 2,
+                                                    "nic_bandwidth": bandwidth},
+                    "model": {"preset": "gpt3-1.3b"},
+                    "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 2},
+                    "parallelism": {"dp": 16, **sharding},
+                    "simulation": {"span_detail": "layer"}}
+        peaks[bandwidth] = run(scenario).summary["peak_memory_gib"]
+    layer = 2 * 12 * 2048**2 * (1 - 1 / 16) / GIB  # one layer's gathered bf16 parameters
+    assert abs(peaks["400 Gb/s"] - peaks["12.5 Gb/s"]) <= layer

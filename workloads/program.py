@@ -305,6 +305,7 @@ def _chunk_layers(b: _Stage, layers: range, mb: int, forward: bool, record: bool
     pending = _gather(b, order[0], Phase.FORWARD if forward else Phase.BACKWARD, mb,
                       b.last_compute) if zero3 and regather and order else None
     for n, layer in enumerate(order):
+        before = b.last_compute  # the kernel before this layer's pass starts
         free = ((-gathered, "gathered_parameters"),) if zero3 and (
             not forward or (fsdp is None or fsdp.reshard_after_forward)) else ()
         if forward:
@@ -319,7 +320,10 @@ def _chunk_layers(b: _Stage, layers: range, mb: int, forward: bool, record: bool
                 _reduce_layer(b, layer, mb)
         nxt = order[n + 1] if n + 1 < len(order) else None
         if zero3 and regather and nxt is not None:
-            after = b.last_compute if not prefetch else None
+            # Prefetch: the next layer's gather is issued as this layer's compute starts
+            # (one layer ahead, as FSDP's forward/backward prefetch and its limit of
+            # in-flight all-gathers do); without it, when this layer's compute ends.
+            after = before if prefetch else b.last_compute
             pending = _gather(b, nxt, Phase.FORWARD if forward else Phase.BACKWARD, mb, after)
         else:
             pending = None
