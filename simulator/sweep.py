@@ -231,9 +231,10 @@ class Results:
             self.write_table()
 
     def table(self) -> pd.DataFrame:
-        """One row per finished case, in design order (whatever order they ended in)."""
-        rows = sorted(self.rows.values(),
-                      key=lambda row: (self.order.get(row["case"], len(self.order)), row["case"]))
+        """One row per finished case of the current design, in design order (whatever
+        order they ended in); cases of an earlier design stay in the log only."""
+        rows = [row for row in self.rows.values() if not self.order or row["case"] in self.order]
+        rows.sort(key=lambda row: self.order.get(row["case"], 0))
         return pd.DataFrame(rows)
 
     def write_table(self) -> None:
@@ -272,14 +273,29 @@ def _write_invalid(out: Path, cases: list[Case], invalid: Mapping[str, str]) -> 
         path.unlink()
 
 
+def code_version() -> str:
+    """A hash of clustersim's own source: results of another version are stale."""
+    digest = hashlib.sha1()
+    for package in ("simulator", "workloads", "topologies"):
+        folder = Path(__import__(package).__file__).parent
+        for file in sorted(folder.rglob("*.py")):
+            digest.update(str(file.relative_to(folder)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def prepare(out: Path, base: Mapping[str, Any]) -> Results:
-    """Create or reopen ``out``; refuse one holding a sweep of another base."""
+    """Create or reopen ``out``; refuse one holding a sweep of another base, or
+    one made by another version of clustersim (its results would be stale)."""
     out.mkdir(parents=True, exist_ok=True)
     design = out / DESIGN
-    text = yaml.safe_dump({"base": dict(base)}, sort_keys=True)
+    text = yaml.safe_dump({"base": dict(base), "clustersim": code_version()}, sort_keys=True)
     if design.exists() and design.read_text() != text:
-        raise SweepError(f"--out: {out} holds a sweep of a different base scenario; "
-                         "choose another directory")
+        old = yaml.safe_load(design.read_text()) or {}
+        what = ("a different base scenario" if old.get("base") != dict(base)
+                else "another version of clustersim")
+        raise SweepError(f"--out: {out} holds a sweep of {what}; choose another directory "
+                         "(or remove it to start again)")
     design.write_text(text)
     return Results(out)
 

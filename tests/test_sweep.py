@@ -177,3 +177,11 @@ def test_bad_sweep_arguments_exit_2(base_file, tmp_path, capsys, args, message):
     code = main([a.format(base=base_file, out=out) for a in args])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(message.format(out=out)) and err.count("\n") == 1
+
+
+def test_the_table_follows_the_current_design(base_file, tmp_path):
+    out = tmp_path / "out"
+    sweep.sweep(base_file, {"training.seq_len": [128, 256]}, {}, out)
+    results, _ = sweep.sweep(base_file, {"training.seq_len": [256, 512]}, {}, out)
+    assert list(results.table()["training.seq_len"]) == [256, 512]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3, "the log keeps all"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator.gantt import save  # noqa: E402
-from simulator.sweep import sweep  # noqa: E402
+from simulator.sweep import SweepError, sweep  # noqa: E402
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
              "#000000")
@@ -48,8 +49,13 @@ def run_design(args: argparse.Namespace, name: str, base: Mapping, grid: Mapping
     folder.mkdir(parents=True, exist_ok=True)
     base_file = folder / "base.yaml"
     base_file.write_text(yaml.safe_dump(dict(base), sort_keys=False))
-    results, invalid = sweep(base_file, grid, zipped or {}, folder / "sweep",
-                             workers=args.workers)
+    try:
+        results, invalid = sweep(base_file, grid, zipped or {}, folder / "sweep",
+                                 workers=args.workers)
+    except SweepError:  # the study or clustersim changed: its old results are stale
+        shutil.rmtree(folder / "sweep")
+        results, invalid = sweep(base_file, grid, zipped or {}, folder / "sweep",
+                                 workers=args.workers)
     if invalid:
         print(f"{name}: {len(invalid)} impossible cases skipped, e.g. "
               f"{next(iter(invalid.values()))}")

@@ -1,8 +1,8 @@
 """Study 4: FSDP thresholds, interconnect bandwidth x GPU memory x model size.
 
 PyTorch FSDP (full_shard, prefetch) on two DGX A100 servers (16 GPUs),
-sequence 2048, micro-batch 2, 8 micro-batches... per GPU: for each GPU
-memory (A100 40 GB and 80 GB), model size (GPT-3 1.3B to 13B) and NIC
+sequence 2048, global batch 64 in micro-batches of 2: for each GPU
+memory (A100 40 GB and 80 GB), model size (1.3B to 39B) and NIC
 bandwidth (12.5 to 400 Gb/s per port), the MFU. A cell is marked where the
 model does not fit (peak memory over the GPU's, "OOM") and where bandwidth
 is the bottleneck (exposed communication over a quarter of the iteration,
@@ -38,7 +38,8 @@ def design(quick: bool) -> tuple[dict, dict]:
                       "cluster.nic_bandwidth": ["200 Gb/s", "12.5 Gb/s"]}
     return base, {
         "cluster.gpu": ["a100-sxm-40gb", "a100-sxm-80gb"],
-        "model.preset": ["gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b"],
+        "model.preset": ["gpt3-1.3b", "gpt3-6.7b", "gpt3-13b", "gpt-neox-20b",
+                         "megatron-39.1b"],
         "cluster.nic_bandwidth": ["12.5 Gb/s", "25 Gb/s", "50 Gb/s", "100 Gb/s", "200 Gb/s",
                                   "400 Gb/s"],
     }
@@ -52,7 +53,7 @@ def classify(row) -> str:
 
 def figure(table):
     gpus = list(dict.fromkeys(table["cluster.gpu"]))
-    models = sorted(set(table["model.preset"]), key=lambda m: float(m.split("-")[1][:-1]))
+    models = sorted(set(table["model.preset"]), key=lambda m: float(m.split("-")[-1][:-1]))
     bandwidths = sorted(set(table["cluster.nic_bandwidth"]), key=magnitude)
     fig = Figure(figsize=(5.2 * len(gpus) + 0.8, 0.7 * len(models) + 2.2), layout="constrained")
     FigureCanvasAgg(fig)

@@ -44,8 +44,8 @@ def figure(table):
     for n, (pp, part) in enumerate(table.groupby("parallelism.pp")):
         part = part.assign(bw=part["cluster.nic_bandwidth"].map(magnitude) * 8 / 1e9)
         part = part.sort_values("bw")
-        label = "data parallel (dp=%d)" % part["parallelism.dp"].iloc[0] if pp == 1 else \
-            "1F1B pipeline (pp=%d, dp=%d)" % (pp, part["parallelism.dp"].iloc[0])
+        dp = part["parallelism.dp"].iloc[0]
+        label = f"data parallel (dp={dp})" if pp == 1 else f"1F1B pipeline (pp={pp}, dp={dp})"
         ax.plot(part["bw"], part["model_tflops_per_gpu"], marker="o", label=label,
                 color=OKABE_ITO[n])
     ax.set_xscale("log", base=2)
