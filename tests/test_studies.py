@@ -1,0 +1,33 @@
+"""The study scripts run end to end (in their --quick designs) and write their
+CSV and figure."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+
+STUDIES = ["pp_vs_dp_bandwidth", "bucket_size", "pipeline_partition", "fsdp_thresholds",
+           "dp_scaling_polaris", "comm_characteristics"]
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_study_writes_its_csv_and_figure(tmp_path, name):
+    script = ROOT / "scripts" / "studies" / f"{name}.py"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path),
+                           "--runs", str(tmp_path / "runs"), "--workers", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / f"{name}-quick.csv")
+    assert len(table) >= 2
+    assert (tmp_path / f"{name}-quick.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_readme_shows_every_study():
+    readme = (ROOT / "README.md").read_text()
+    for name in STUDIES:
+        assert f"docs/studies/{name}.png" in readme, name
+        assert (ROOT / "docs" / "studies" / f"{name}.png").exists()
+        assert (ROOT / "docs" / "studies" / f"{name}.csv").exists()
