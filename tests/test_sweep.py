@@ -185,3 +185,36 @@ def test_the_table_follows_the_current_design(base_file, tmp_path):
     results, _ = sweep.sweep(base_file, {"training.seq_len": [256, 512]}, {}, out)
     assert list(results.table()["training.seq_len"]) == [256, 512]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3, "the log keeps all"
+
+
+def test_ctrl_c_leaves_a_consistent_table_and_the_sweep_resumes(tmp_path):
+    """A real SIGINT to the command's process group, as Ctrl-C sends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({**BASE, "model": {"preset": "gpt3-1.3b"},
+                                    "training": {"seq_len": 2048, "global_batch": 64}}))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "simulator", "sweep", str(base), "--out", str(out),
+               "--workers", "1", "--grid", "cluster.nic_bandwidth=" + ",".join(
+                   f"{10 * (n + 1)} Gb/s" for n in range(12))]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    log = out / "results.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (log.exists() and log.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err and "interrupted" in err
+    finished = log.read_text().count("\n")
+    assert 1 <= finished < 12
+    assert len(pd.read_csv(out / "results.csv")) == finished
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(out / "results.csv")) == 12
+    assert log.read_text().count("\n") == 12, "finished cases did not run again"
