@@ -1,25 +1,21 @@
 """GPU specifications and the efficiencies the compute model uses.
 
-Peak figures are the vendors' dense tensor-core numbers (A100 SXM 312 TFLOP/s
-BF16/FP16; H100/H200 SXM 989 TFLOP/s BF16, 1979 FP8). Efficiencies are fitted to
-published single-GPU measurements (Azure AI-benchmarking-guide, ND A100 v4 and
-ND H100 v5 results):
-
-- A100 cuBLASLt FP16 GEMM: 228.0 TFLOP/s at 4096^3, 253.7 at 8192^3, 256.5 at
-  16384^3, 250.8 at 6144x12288x12288. ``gemm_efficiency`` 0.857 with
-  ``gemm_half_dim`` 700 reproduces these within 3 %.
-- FlashAttention-2 forward+backward: A100 179.5 TFLOP/s (head dim 64), H100 327.9
-  (head dim 128).
-- HBM stream copy: A100-80GB 1.61 TB/s of 2.039; H100 2.9 TB/s of 3.35.
-- H100 BF16 GEMM is not in that table; its FP8 16384^3 GEMM reaches 1377 of 1979
-  TFLOP/s (0.70); we take 0.75 for BF16, the commonly reported large-GEMM ratio.
+Every GPU is a data file in ``topologies/data/gpus/`` (peaks from the vendor's
+datasheet, the measurements its efficiencies were fitted to, with sources),
+not code: ``calibration:`` holds the five figures the roofline compute model
+needs (``simulator.compute``). ``clustersim calibrate`` fits the same five
+figures to a user's own kernel timings; ``cluster.calibration: FILE`` applies
+them (``calibrated``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
+
+import yaml
 
 GIB = 2.0**30
 
@@ -44,49 +40,56 @@ class GpuSpec:
         return self.peak_flops[precision]
 
 
-def _peaks(**values: float) -> Mapping[str, float]:
-    return MappingProxyType(dict(values))
+CALIBRATION_FIELDS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency",
+                      "memory_efficiency", "kernel_overhead")
+DATA = Path(__file__).resolve().parent / "data" / "gpus"
 
 
-_A100_EFF = dict(gemm_efficiency=0.857, gemm_half_dim=700.0, attention_efficiency=0.575)
+class GpuFileError(ValueError):
+    """A GPU or calibration file that does not hold what it should."""
+
+
+def check_calibration(values: Mapping[str, object], where: str) -> dict[str, float]:
+    """The five efficiency figures from ``values``, checked: efficiencies in (0, 1],
+    ``gemm_half_dim`` and ``kernel_overhead`` (seconds) not negative."""
+    out = {}
+    for key in CALIBRATION_FIELDS:
+        value = values.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise GpuFileError(f"{where}: {key} {value!r} must be a number")
+        bounded = key.endswith("efficiency")
+        if (bounded and not 0.0 < value <= 1.0) or value < 0.0:
+            raise GpuFileError(f"{where}: {key} {value!r} must be "
+                               + ("in (0, 1]" if bounded else ">= 0"))
+        out[key] = float(value)
+    unknown = set(values) - set(CALIBRATION_FIELDS) - {"gpu", "fit"}
+    if unknown:
+        raise GpuFileError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: "
+                           + ", ".join(CALIBRATION_FIELDS))
+    return out
+
+
+def load_gpu(path: Path) -> GpuSpec:
+    """A GPU data file as a GpuSpec."""
+    raw = yaml.safe_load(path.read_text())
+    try:
+        return GpuSpec(
+            name=str(raw["name"]),
+            peak_flops=MappingProxyType({k: float(v) * 1e12
+                                         for k, v in raw["peak_tflops"].items()}),
+            memory_bytes=float(raw["memory_bytes"]),
+            hbm_bandwidth=float(raw["hbm_bytes_per_s"]),
+            **check_calibration(raw["calibration"], f"{path.name}: calibration"),
+            notes=str(path),
+        )
+    except (KeyError, TypeError) as error:
+        raise GpuFileError(f"{path}: missing or malformed {error}") from None
+
+
+def calibrated(spec: GpuSpec, values: Mapping[str, float]) -> GpuSpec:
+    """``spec`` with its efficiencies replaced by a calibration's."""
+    return replace(spec, **{k: values[k] for k in CALIBRATION_FIELDS})
+
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
-    {
-        "a100-sxm-80gb": GpuSpec(
-            name="a100-sxm-80gb",
-            peak_flops=_peaks(bf16=312e12, fp16=312e12),
-            memory_bytes=80 * GIB,
-            hbm_bandwidth=2.039e12,
-            memory_efficiency=0.79,
-            **_A100_EFF,
-        ),
-        "a100-sxm-40gb": GpuSpec(
-            name="a100-sxm-40gb",
-            peak_flops=_peaks(bf16=312e12, fp16=312e12),
-            memory_bytes=40 * GIB,
-            hbm_bandwidth=1.555e12,
-            memory_efficiency=0.79,
-            **_A100_EFF,
-        ),
-        "h100-sxm-80gb": GpuSpec(
-            name="h100-sxm-80gb",
-            peak_flops=_peaks(bf16=989e12, fp16=989e12, fp8=1979e12),
-            memory_bytes=80 * GIB,
-            hbm_bandwidth=3.35e12,
-            gemm_efficiency=0.75,
-            gemm_half_dim=900.0,
-            attention_efficiency=0.33,
-            memory_efficiency=0.87,
-        ),
-        "h200-sxm-141gb": GpuSpec(
-            name="h200-sxm-141gb",
-            peak_flops=_peaks(bf16=989e12, fp16=989e12, fp8=1979e12),
-            memory_bytes=141e9,
-            hbm_bandwidth=4.8e12,
-            gemm_efficiency=0.75,
-            gemm_half_dim=900.0,
-            attention_efficiency=0.33,
-            memory_efficiency=0.87,
-        ),
-    }
-)
+    {spec.name: spec for spec in (load_gpu(p) for p in sorted(DATA.glob("*.yaml")))})
