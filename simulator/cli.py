@@ -10,6 +10,7 @@
                      [--workers N] [--dask tcp://HOST:8786] [--retry-failed]
     clustersim sweep SWEEP.yaml --out DIR ...   (a file with base, grid, zip)
     clustersim plot DIR --x KEY --y METRIC [--hue KEY | --z METRIC] [--out FILE]
+    clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
 
 Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr).
@@ -65,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="figure file (default: RUN_B/compare.png)")
     compare.add_argument("--ranks", help="ranks to draw in both, e.g. 0-7,64")
     _sweep_parsers(sub)
+    calibrate = sub.add_parser("calibrate", help="fit the compute model to measured kernels",
+                               description="Fit the GPU's five compute-model efficiencies to a "
+                                           "table of measured kernel times (README: Calibration)"
+                                           " and write a calibration file for "
+                                           "cluster.calibration.")
+    calibrate.add_argument("kernels", help="kernel table CSV (scripts/measure_kernels.py)")
+    calibrate.add_argument("--gpu", required=True, help="GPU preset the table was measured on")
+    calibrate.add_argument("--out", required=True, help="calibration file to write (YAML)")
+    calibrate.add_argument("--precision", default="bf16", help="precision of the GEMMs")
     return parser
 
 
@@ -326,6 +336,38 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from simulator import calibration
+    from topologies import GPUS
+    from topologies.gpus import CALIBRATION_FIELDS
+
+    if args.gpu not in GPUS:
+        raise ScenarioError(f"--gpu: {args.gpu!r} is not one of {', '.join(GPUS)}")
+    gpu = GPUS[args.gpu]
+    if args.precision not in gpu.peak_flops:
+        raise ScenarioError(f"--precision: {args.precision!r} is not one of "
+                            f"{', '.join(gpu.peak_flops)} for {gpu.name}")
+    try:
+        table = calibration.read_kernels(args.kernels)
+        values = calibration.fit(table, gpu, args.precision)
+    except calibration.CalibrationError as error:
+        raise ScenarioError(str(error)) from None
+    calibration.write_calibration(args.out, gpu, values, table, str(args.kernels),
+                                  args.precision)
+    print(f"calibration of {gpu.name} from {len(table)} kernels "
+          f"({', '.join(f'{n} {k}' for k, n in table['kind'].value_counts().items())})")
+    print(f"{'':22} {'preset':>12} {'fitted':>12}")
+    for key in CALIBRATION_FIELDS:
+        print(f"{key:22} {getattr(gpu, key):12.6g} {values[key]:12.6g}")
+    errors = 100 * (calibration.modelled(table, gpu, values, args.precision)
+                    / table["seconds"] - 1)
+    for kind, part in errors.groupby(table["kind"]):
+        print(f"{kind:10} modelled vs measured: mean |error| {part.abs().mean():.1f} %, "
+              f"worst {part.abs().max():.1f} %")
+    print(f"written          {args.out}  (use it with cluster.calibration: {args.out})")
+    return 0
+
+
 COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "compute_s",
             "exposed_comm_s", "overlapped_comm_s", "comm_wait_s", "bubble_s", "idle_s",
             "peak_memory_gib", "gpus")
@@ -424,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "presets": cmd_presets, "collective": cmd_collective,
                "gantt": cmd_gantt, "comms": cmd_comms, "compare": cmd_compare,
-               "sweep": cmd_sweep, "plot": cmd_plot}[args.command]
+               "sweep": cmd_sweep, "plot": cmd_plot, "calibrate": cmd_calibrate}[args.command]
     try:
         return handler(args)
     except ScenarioError as error:

@@ -24,6 +24,7 @@ from simulator import units
 from simulator.nccl import Algorithm, Protocol
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.clusters import FabricKind, FabricSpec
+from topologies.gpus import GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError, load_graph
 from workloads.hf_config import HfConfigError, model_from_hf
 from workloads.layout import parse_order
@@ -159,6 +160,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[str, object], Any], object]]] = {
         "nvls_efficiency": (_EFFICIENCY, None),
         "fabric": (_subsection(FABRIC_SCHEMA), None),
         "compute_jitter": (_number(0.0, 1.0), 0.0),
+        "calibration": (_text, None),
     },
     "model": {
         "preset": (_choice(MODELS), None),
@@ -303,6 +305,27 @@ def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
     return spec, GPUS[spec.gpu]
 
 
+def _calibration(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec:
+    """The GPU with the efficiencies of a calibration file (``clustersim calibrate``)."""
+    path = Path(path_text)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise _fail("cluster.calibration", path_text, f"must be a readable calibration file "
+                                                      f"({error})") from None
+    if not isinstance(raw, dict):
+        raise _fail("cluster.calibration", path_text, "must hold a mapping of efficiencies")
+    if raw.get("gpu") != gpu.name:
+        raise _fail("cluster.calibration", path_text, f"was fitted for gpu {raw.get('gpu')!r}, "
+                                                      f"but the cluster's GPU is {gpu.name!r}")
+    try:
+        return calibrated(gpu, check_calibration(raw, "cluster.calibration"))
+    except GpuFileError as error:
+        raise ScenarioError(str(error)) from None
+
+
 def _file_graph(spec: ClusterSpec, base_dir: Path | None) -> nx.DiGraph:
     path = Path(spec.fabric.path)
     if base_dir is not None and not path.is_absolute():
@@ -427,6 +450,8 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
     """Check a ``cluster:`` section (see ``SCHEMA``) and build its Machine."""
     values = _section("cluster", raw, SCHEMA["cluster"])
     cluster, gpu = _cluster(values)
+    if values["calibration"] is not None:
+        gpu = _calibration(values["calibration"], gpu, base_dir)
     nodes, graph = values["nodes"], None
     gpus = nodes * cluster.gpus_per_node
     if cluster.fabric.kind is FabricKind.FILE:

@@ -1,0 +1,162 @@
+"""Fit the compute model's efficiencies to measured kernel times.
+
+A kernel table (CSV, one row per kernel shape; ``scripts/measure_kernels.py``
+writes one on a GPU with PyTorch) has the columns
+
+    kind      gemm | attention | memory (layer norm, element-wise, optimizer step)
+    name      free text
+    m, n, k   GEMM dimensions (gemm rows; flops default to 2mnk)
+    flops     FLOPs per call (attention rows; optional for gemm)
+    bytes     HBM bytes per call (memory rows)
+    seconds   measured time per call
+
+and the fit follows the roofline of ``simulator.compute``, one kind at a time,
+each a linear least-squares problem:
+
+- memory rows: ``seconds = bytes / (hbm * memory_efficiency) + kernel_overhead``
+  (slope and intercept; with one row, or a negative intercept, the overhead is
+  the GPU file's and only the slope is fitted);
+- gemm rows: the achieved fraction ``a = flops / (peak * (seconds - overhead))``
+  follows ``eff(x) = E x / (x + h)`` in the geometric-mean dimension x, so
+  ``1/a = 1/E + (h/E) (1/x)``: intercept and slope give E and h;
+- attention rows: the median achieved fraction.
+
+Kinds with no rows keep the GPU file's figures. The result is a calibration
+(``topologies.gpus.CALIBRATION_FIELDS``) plus a report of every row's modelled
+against measured time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from simulator.compute import ComputeModel
+from simulator.ir import KernelClass, Op, OpKind, Phase
+from topologies.gpus import CALIBRATION_FIELDS, GpuSpec, calibrated
+
+KINDS = {"gemm": KernelClass.GEMM, "attention": KernelClass.ATTENTION,
+         "memory": KernelClass.ELEMENTWISE}
+REQUIRED = {"gemm": ("m", "n", "k"), "attention": ("flops",), "memory": ("bytes",)}
+
+
+class CalibrationError(ValueError):
+    """A kernel table or calibration that cannot be used, with the row and column."""
+
+
+def read_kernels(path: str | Path) -> pd.DataFrame:
+    """A kernel table, checked: known kinds, the columns each kind needs, positive
+    times. GEMM flops default to 2mnk and bytes to bf16 operands."""
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise CalibrationError(f"{path}: cannot read the kernel table ({error})") from None
+    for column in ("kind", "seconds"):
+        if column not in table.columns:
+            raise CalibrationError(f"{path}: no {column!r} column (columns: kind, name, m, n, "
+                                   "k, flops, bytes, seconds)")
+    table = table.copy()
+    for column in ("m", "n", "k", "flops", "bytes"):
+        table[column] = pd.to_numeric(table.get(column), errors="coerce")
+    for row, record in enumerate(table.to_dict("records"), start=2):  # line in the file
+        kind = str(record["kind"]).strip().lower()
+        if kind not in KINDS:
+            raise CalibrationError(f"{path}: line {row}: kind {record['kind']!r} is not one of "
+                                   + ", ".join(KINDS))
+        missing = [c for c in REQUIRED[kind] if not record[c] > 0]
+        if missing or not float(record["seconds"]) > 0:
+            raise CalibrationError(f"{path}: line {row}: a {kind} row needs positive "
+                                   + ", ".join(missing or ["seconds"]))
+    table["kind"] = table["kind"].str.strip().str.lower()
+    gemm = table["kind"] == "gemm"
+    mnk = table["m"] * table["n"] * table["k"]
+    table.loc[gemm & table["flops"].isna(), "flops"] = 2.0 * mnk
+    table.loc[gemm & table["bytes"].isna(), "bytes"] = 2.0 * (
+        table["m"] * table["k"] + table["k"] * table["n"] + table["m"] * table["n"])
+    return table.fillna({"flops": 0.0, "bytes": 0.0})
+
+
+def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec) -> tuple[float, float]:
+    """(memory_efficiency, kernel_overhead) from memory-bound rows."""
+    if rows.empty:
+        return gpu.memory_efficiency, gpu.kernel_overhead
+    x, y = rows["bytes"].to_numpy(float), rows["seconds"].to_numpy(float)
+    if len(rows) >= 2 and np.ptp(x) > 0:
+        slope, intercept = np.polyfit(x, y, 1)
+        if intercept >= 0 and slope > 0:
+            return 1.0 / (slope * gpu.hbm_bandwidth), float(intercept)
+    overhead = gpu.kernel_overhead
+    slope = float(np.sum(x * (y - overhead)) / np.sum(x * x))
+    return 1.0 / (slope * gpu.hbm_bandwidth), overhead
+
+
+def _fit_gemm(rows: pd.DataFrame, peak: float, overhead: float,
+              gpu: GpuSpec) -> tuple[float, float]:
+    """(gemm_efficiency, gemm_half_dim) from GEMM rows."""
+    if rows.empty:
+        return gpu.gemm_efficiency, gpu.gemm_half_dim
+    x = (rows["m"] * rows["n"] * rows["k"]).to_numpy(float) ** (1.0 / 3.0)
+    achieved = rows["flops"].to_numpy(float) / (peak * (rows["seconds"].to_numpy(float)
+                                                        - overhead))
+    if len(np.unique(x)) >= 2:
+        slope, intercept = np.polyfit(1.0 / x, 1.0 / achieved, 1)
+        if intercept > 0 and slope >= 0:
+            return 1.0 / intercept, slope / intercept
+    half = gpu.gemm_half_dim  # one size: keep the curve's shape, fit its height
+    return float(np.median(achieved * (x + half) / x)), half
+
+
+def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str, float]:
+    """The calibration (``CALIBRATION_FIELDS``) that best explains ``table``."""
+    peak = gpu.peak(precision)
+    memory_efficiency, overhead = _fit_memory(table[table["kind"] == "memory"], gpu)
+    gemm_efficiency, half = _fit_gemm(table[table["kind"] == "gemm"], peak, overhead, gpu)
+    attention = table[table["kind"] == "attention"]
+    attention_efficiency = (float(np.median(attention["flops"] / (
+        peak * (attention["seconds"] - overhead)))) if len(attention)
+        else gpu.attention_efficiency)
+    values = {"gemm_efficiency": gemm_efficiency, "gemm_half_dim": half,
+              "attention_efficiency": attention_efficiency,
+              "memory_efficiency": memory_efficiency, "kernel_overhead": overhead}
+    for key in CALIBRATION_FIELDS:
+        if key.endswith("efficiency") and not 0 < values[key] <= 1:
+            raise CalibrationError(f"{key}: the table gives {values[key]:.3f}, outside "
+                                   "(0, 1]; are the times per call and the GPU right?")
+    return {k: float(v) for k, v in values.items()}
+
+
+def modelled(table: pd.DataFrame, gpu: GpuSpec, values: Mapping[str, float],
+             precision: str = "bf16") -> np.ndarray:
+    """Seconds the compute model gives each row with calibration ``values``."""
+    spec = calibrated(gpu, values)
+    model = ComputeModel(spec.peak(precision), spec.hbm_bandwidth, spec.gemm_efficiency,
+                         spec.gemm_half_dim, spec.attention_efficiency,
+                         spec.memory_efficiency, spec.kernel_overhead)
+    out = []
+    for row in table.to_dict("records"):
+        shape = (int(row["m"]), int(row["n"]), int(row["k"])) if row["kind"] == "gemm" else None
+        op = Op(OpKind.COMPUTE, str(row.get("name", row["kind"])), "compute", Phase.FORWARD,
+                kernel=KINDS[row["kind"]], flops=float(row["flops"]),
+                bytes=float(row["bytes"]), shape=shape)
+        out.append(model.duration(op))
+    return np.array(out)
+
+
+def write_calibration(path: str | Path, gpu: GpuSpec, values: Mapping[str, float],
+                      table: pd.DataFrame, source: str, precision: str) -> None:
+    """A calibration file: the GPU, the five figures, and how well they fit."""
+    errors = 100 * (modelled(table, gpu, values, precision) / table["seconds"] - 1)
+    text = yaml.safe_dump({
+        "gpu": gpu.name, **{k: round(values[k], 6) if k != "kernel_overhead"
+                            else float(f"{values[k]:.6g}") for k in CALIBRATION_FIELDS},
+        "fit": {"source": source, "precision": precision, "rows": int(len(table)),
+                "kinds": {k: int(v) for k, v in table["kind"].value_counts().items()},
+                "mean_abs_error_pct": round(float(np.mean(np.abs(errors))), 3),
+                "max_abs_error_pct": round(float(np.max(np.abs(errors))), 3)},
+    }, sort_keys=False)
+    Path(path).write_text("# clustersim calibration: the compute model's efficiencies fitted "
+                          "by `clustersim calibrate`\n" + text)

@@ -1,0 +1,161 @@
+"""Calibration: the fit recovers known efficiencies, a calibration file changes
+compute times as it should, and bad tables or files get clear errors."""
+
+import copy
+import importlib.util
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from simulator import run
+from simulator.calibration import CalibrationError, fit, modelled, read_kernels
+from simulator.cli import main
+from simulator.ir import KernelClass, Op, OpKind, Phase
+from simulator.runner import compute_model
+from simulator.scenario import ScenarioError, from_dict
+from tests.conftest import ROOT
+from topologies import GPUS
+from topologies.gpus import CALIBRATION_FIELDS
+
+TRUE = {"gemm_efficiency": 0.62, "gemm_half_dim": 450.0, "attention_efficiency": 0.41,
+        "memory_efficiency": 0.83, "kernel_overhead": 4e-6}
+
+
+def synthetic(gpu, values, noise=0.0, seed=0) -> pd.DataFrame:
+    """A kernel table whose times the compute model gives with ``values``."""
+    rows = [{"kind": "gemm", "name": f"g{m}", "m": m, "n": n, "k": k}
+            for m, n, k in [(1024, 4096, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                            (4096, 12288, 4096), (8192, 8192, 8192)]]
+    rows += [{"kind": "attention", "name": "a", "flops": f} for f in (1e12, 4e12)]
+    rows += [{"kind": "memory", "name": "m", "bytes": b} for b in (1e8, 1e9, 4e9)]
+    table = pd.DataFrame(rows, columns=["kind", "name", "m", "n", "k", "flops", "bytes"])
+    table["seconds"] = 1.0  # placeholder so the table reads as valid
+    path_free = read_kernels_frame(table)
+    seconds = modelled(path_free, gpu, values)
+    rng = np.random.default_rng(seed)
+    path_free["seconds"] = seconds * (1 + noise * rng.standard_normal(len(seconds)))
+    return path_free
+
+
+def read_kernels_frame(table: pd.DataFrame) -> pd.DataFrame:
+    import io
+
+    buffer = io.StringIO()
+    table.to_csv(buffer, index=False)
+    buffer.seek(0)
+    return read_kernels(buffer)
+
+
+@pytest.mark.parametrize("gpu", ["a100-sxm-80gb", "h100-sxm-80gb"])
+def test_fit_recovers_known_efficiencies(gpu):
+    got = fit(synthetic(GPUS[gpu], TRUE), GPUS[gpu])
+    assert got == pytest.approx(TRUE, rel=1e-6)
+
+
+def test_fit_with_measurement_noise_predicts_the_true_times():
+    gpu = GPUS["h100-sxm-80gb"]
+    noisy = synthetic(gpu, TRUE, noise=0.02, seed=3)
+    got = fit(noisy, gpu)
+    for key in ("attention_efficiency", "memory_efficiency"):
+        assert got[key] == pytest.approx(TRUE[key], rel=0.05), key
+    truth = modelled(noisy, gpu, TRUE)  # E and h trade off; the times they give must not
+    assert modelled(noisy, gpu, got) == pytest.approx(truth, rel=0.04)
+
+
+def test_kinds_without_rows_keep_the_gpu_files_figures():
+    gpu = GPUS["a100-sxm-80gb"]
+    table = synthetic(gpu, TRUE)
+    got = fit(table[table["kind"] == "gemm"], gpu)
+    assert got["attention_efficiency"] == gpu.attention_efficiency
+    assert got["memory_efficiency"] == gpu.memory_efficiency
+
+
+def write_calibration(tmp_path, **changes) -> str:
+    gpu = GPUS["a100-sxm-80gb"]
+    values = {"gpu": gpu.name, **{k: getattr(gpu, k) for k in CALIBRATION_FIELDS}, **changes}
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+SCENARIO = {"name": "cal", "cluster": {"preset": "dgx-a100", "nodes": 1},
+            "model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 4096},
+            "training": {"seq_len": 1024, "global_batch": 8}, "parallelism": {"dp": 8}}
+
+
+def gemm_seconds(scenario_dict) -> float:
+    op = Op(OpKind.COMPUTE, "g", "compute", Phase.FORWARD, kernel=KernelClass.GEMM,
+            flops=2 * 8192**3, bytes=6 * 8192**2, shape=(8192, 8192, 8192))
+    return compute_model(from_dict(scenario_dict)).duration(op)
+
+
+def test_a_calibration_file_changes_compute_times_as_expected(tmp_path):
+    gpu = GPUS["a100-sxm-80gb"]
+    base = gemm_seconds(SCENARIO) - gpu.kernel_overhead
+    scenario = copy.deepcopy(SCENARIO)
+    scenario["cluster"]["calibration"] = write_calibration(
+        tmp_path, gemm_efficiency=gpu.gemm_efficiency / 2)
+    assert gemm_seconds(scenario) - gpu.kernel_overhead == pytest.approx(2 * base, rel=1e-12)
+    slower, normal = run(scenario).summary, run(copy.deepcopy(SCENARIO)).summary
+    assert slower["compute_s"] > 1.3 * normal["compute_s"]
+    scenario["cluster"]["calibration"] = write_calibration(tmp_path)  # the preset's figures
+    assert run(scenario).summary["iteration_time_s"] == normal["iteration_time_s"]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"gpu": "h100-sxm-80gb"}, "cluster.calibration: .* was fitted for gpu 'h100-sxm-80gb', "
+                               "but the cluster's GPU is 'a100-sxm-80gb'"),
+    ({"gemm_efficiency": 1.4}, "cluster.calibration: gemm_efficiency 1.4 must be in \\(0, 1\\]"),
+    ({"speed": 2}, "cluster.calibration: unknown key 'speed'"),
+])
+def test_bad_calibration_files_are_refused(tmp_path, changes, message):
+    scenario = copy.deepcopy(SCENARIO)
+    scenario["cluster"]["calibration"] = write_calibration(tmp_path, **changes)
+    with pytest.raises(ScenarioError, match=message):
+        from_dict(scenario)
+
+
+def test_calibrate_command_end_to_end(tmp_path, capsys):
+    gpu = GPUS["h100-sxm-80gb"]
+    table = synthetic(gpu, TRUE)
+    kernels = tmp_path / "kernels.csv"
+    table.to_csv(kernels, index=False)
+    out = tmp_path / "h100.yaml"
+    assert main(["calibrate", str(kernels), "--gpu", gpu.name, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "gemm_efficiency" in printed and "worst 0.0 %" in printed
+    written = yaml.safe_load(out.read_text())
+    assert written["gpu"] == gpu.name and written["gemm_efficiency"] == pytest.approx(0.62)
+    assert written["fit"]["rows"] == len(table)
+    scenario = copy.deepcopy(SCENARIO)
+    scenario["cluster"] = {"preset": "dgx-h100", "nodes": 1, "calibration": str(out)}
+    assert from_dict(scenario).gpu.attention_efficiency == pytest.approx(0.41)
+
+
+@pytest.mark.parametrize(("csv", "message"), [
+    ("kind,seconds\nmatmul,1\n", "line 2: kind 'matmul' is not one of gemm, attention, memory"),
+    ("kind,m,n,seconds\ngemm,1,2,1\n", "line 2: a gemm row needs positive k"),
+    ("name,seconds\nx,1\n", "no 'kind' column"),
+])
+def test_bad_kernel_tables_exit_2(tmp_path, capsys, csv, message):
+    path = tmp_path / "k.csv"
+    path.write_text(csv)
+    code = main(["calibrate", str(path), "--gpu", "a100-sxm-80gb", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    with pytest.raises(CalibrationError):
+        read_kernels(path)
+
+
+def test_measure_kernels_uses_the_simulators_gemm_shapes():
+    spec = importlib.util.spec_from_file_location(
+        "measure_kernels", ROOT / "scripts" / "measure_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shapes = {name: (m, n, k) for name, m, n, k in module.gemm_shapes("gpt3-6.7b", 2, 2048, 1)}
+    assert shapes["qkv"] == (2048, 3 * 4096 // 2, 4096)
+    assert shapes["fc2"] == (2048, 4096, 4 * 4096 // 2)
+    assert shapes["square8192"] == (8192, 8192, 8192)
+    assert module.COLUMNS == ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds")
