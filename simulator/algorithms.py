@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator import nccl
 from simulator.fabric import Fabric
 from simulator.ir import Collective
 from simulator.nccl import Algorithm, Transport
@@ -55,6 +56,8 @@ class Plan:
     pipelined_steps: int = 1  # steps a lock-step ring would run
     wire_scale: float = 1.0  # extra bytes factor (NVLS switch efficiency)
     rates: np.ndarray | None = field(default=None, repr=False)
+    ranks: int = 0
+    pipeline_channels: int = 0  # NCCL channels whose ring pipeline fills (0: not modelled)
 
 
 RING_PASSES = {  # collective -> (ring link bytes as a fraction of S, steps factor)
@@ -96,6 +99,15 @@ def channels_for(fabric: Fabric, gpus: Sequence[str]) -> int:
     return min(len(v) for v in nics.values())
 
 
+def nvlink_channels(fabric: Fabric, gpu: str) -> int:
+    """NCCL's channels on ``gpu``: one per NVLink (its NVLink bandwidth over one
+    link's), at least one."""
+    graph = fabric.graph
+    total = sum(float(d.get("bandwidth", 0.0)) for _, _, d in graph.out_edges(gpu, data=True)
+                if d.get("link") == "nvlink")
+    return max(1, round(total / nccl.NVLINK_LINK_BANDWIDTH))
+
+
 def _hop_classes(fabric: Fabric, hops: Sequence[tuple[str, str]]):
     """Routes of ``hops``, the worst intra-server hop (transport, wire latency) and
     the worst inter-server wire latency (None when no hop leaves a server)."""
@@ -129,7 +141,8 @@ def ring(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> 
     return Plan(Algorithm.RING, routes, [fraction * size / channels] * len(routes),
                 [(intra[0], steps - inter_steps, intra[1]),
                  (Transport.NET, inter_steps, inter or 0.0)],
-                channels, servers > 1, pipelined_steps=steps)
+                channels, servers > 1, pipelined_steps=steps, ranks=n,
+                pipeline_channels=0 if chain else nvlink_channels(fabric, gpus[0]))
 
 
 def btree_parents(n: int) -> list[int]:

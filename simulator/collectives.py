@@ -81,7 +81,8 @@ def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) 
     """The call of ``size`` bytes that ``plan`` (made for 1 byte) becomes under ``protocol``."""
     if not nccl.supports(plan.algorithm, protocol):
         raise CollectiveError(f"{plan.algorithm.value} does not run the {protocol.value} protocol")
-    scale = size * plan.wire_scale / nccl.efficiency(protocol)
+    fill = nccl.pipeline_fill(protocol, plan.ranks, plan.pipeline_channels, size)
+    scale = size * plan.wire_scale * (1.0 + fill) / nccl.efficiency(protocol)
     sizes = [b * scale for b in plan.payload]
     steps = 1
     if lockstep and plan.algorithm is Algorithm.RING and plan.pipelined_steps > 1:

@@ -1,0 +1,246 @@
+"""Validation as a feature: run the validation set, compare with the published
+measurements, report the error.
+
+The set (``simulator/validation/cases.yaml``) holds published measurements,
+each with what is needed to rebuild it: a scenario file (end to end), a
+collective (nccl-tests ``all_reduce_perf`` on an idle fabric), or a kernel (one
+kernel on one GPU); the metric and how the source counts it; and the
+assumptions the source leaves open, written per case rather than hidden in
+code. Every simulated figure is computed here; only ``measured`` is
+transcribed.
+
+Metrics: ``tflops_per_gpu`` (``counting: megatron_eq3``: Narayanan et al.
+Eq. 3, hardware FLOPs with full recompute, 96Bslh^2(1 + s/6h + V/16lh); or
+``model_flops``: the summary's model TFLOP/s), ``mfu``, ``iteration_time_s``,
+``peak_memory_gib`` (from the summary), ``busbw`` (nccl-tests bus bandwidth,
+GB/s), ``gemm_tflops``, ``attention_tflops`` (forward + backward, 3x the
+4bs^2h forward FLOPs) and ``hbm_tbs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from simulator.scenario import ScenarioError
+
+HERE = Path(__file__).resolve().parent / "validation"
+CASES = HERE / "cases.yaml"
+GIB = 2.0**30
+SUMMARY_METRICS = ("mfu", "iteration_time_s", "peak_memory_gib")
+TARGETS = ("scenario", "collective", "kernel")
+
+
+class ValidationError(ScenarioError):
+    """A validation set or selection that cannot be used (names the case and field)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tags: tuple[str, ...]
+    source: str
+    metric: str
+    counting: str
+    unit: str
+    measured: float
+    basis: str
+    assumptions: tuple[str, ...]
+    target: str  # scenario | collective | kernel
+    spec: Any = field(compare=False)  # the scenario path, or the collective/kernel mapping
+
+
+def error_pct(measured: float, simulated: float) -> float:
+    """Signed error of the simulation, in percent of the measurement.
+
+    >>> error_pct(200.0, 210.0)
+    5.0
+    """
+    return 100.0 * (simulated - measured) / measured
+
+
+def _case(raw: Mapping[str, Any], where: str) -> Case:
+    missing = [k for k in ("name", "tags", "source", "metric", "unit", "measured")
+               if k not in raw]
+    if missing:
+        raise ValidationError(f"{where}: missing {', '.join(missing)}")
+    targets = [t for t in TARGETS if t in raw]
+    if len(targets) != 1:
+        raise ValidationError(f"{where} ({raw['name']}): needs exactly one of "
+                              f"{', '.join(TARGETS)}")
+    if raw["metric"] not in METRICS:
+        raise ValidationError(f"{where} ({raw['name']}): metric {raw['metric']!r} is not one "
+                              f"of {', '.join(METRICS)}")
+    return Case(str(raw["name"]), tuple(raw["tags"]), str(raw["source"]), raw["metric"],
+                str(raw.get("counting", "")), str(raw["unit"]), float(raw["measured"]),
+                str(raw.get("basis", "check")), tuple(raw.get("assumptions", ())),
+                targets[0], raw[targets[0]])
+
+
+def load_cases(path: Path = CASES) -> list[Case]:
+    """The validation set, checked."""
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, list):
+        raise ValidationError(f"{path}: must be a list of cases")
+    cases = [_case(item, f"{path.name}: case {n + 1}") for n, item in enumerate(raw)]
+    names = [c.name for c in cases]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise ValidationError(f"{path}: case name {duplicate!r} appears twice")
+    return cases
+
+
+def select(cases: list[Case], names: Iterable[str] = (), tags: Iterable[str] = ()
+           ) -> list[Case]:
+    """Cases named in ``names`` or carrying one of ``tags``; all when both are empty."""
+    names, tags = list(names), list(tags)
+    known_names = {c.name for c in cases}
+    known_tags = {t for c in cases for t in c.tags}
+    for name in names:
+        if name not in known_names:
+            raise ValidationError(f"--case: {name!r} is not a case; see clustersim validate "
+                                  "--list")
+    for tag in tags:
+        if tag not in known_tags:
+            raise ValidationError(f"--tag: {tag!r} is not one of {', '.join(sorted(known_tags))}")
+    if not names and not tags:
+        return list(cases)
+    return [c for c in cases if c.name in names or set(c.tags) & set(tags)]
+
+
+def _scenario_metric(case: Case) -> float:
+    from simulator.runner import run
+    from simulator.scenario import load
+    from workloads.kernels import megatron_hardware_flops
+
+    scenario = load(HERE / case.spec)
+    summary = run(scenario).summary
+    if case.metric == "tflops_per_gpu":
+        if case.counting == "megatron_eq3":
+            t = scenario.training
+            flops = megatron_hardware_flops(scenario.model, t.global_batch, t.seq_len)
+            return flops / summary["iteration_time_s"] / scenario.gpus / 1e12
+        return float(summary["model_tflops_per_gpu"])
+    return float(summary[case.metric])
+
+
+def _busbw(case: Case) -> float:
+    from simulator.collectives import Collectives, isolated_time
+    from simulator.fabric import Fabric
+    from simulator.ir import Collective
+    from simulator.nccl import Algorithm
+    from simulator.nccl_tests import bus_factor
+    from topologies import CLUSTERS, build_cluster
+
+    spec = case.spec
+    fabric = Fabric(build_cluster(CLUSTERS[spec["cluster"]], int(spec.get("nodes", 1))))
+    gpus = fabric.graph.graph["gpus"]
+    algorithm = Algorithm(spec["algorithm"]) if spec.get("algorithm") else None
+    kind = Collective(spec.get("op", "all_reduce"))
+    size = float(spec["bytes"])
+    seconds = isolated_time(fabric, Collectives(fabric, algorithm)(kind, gpus, size))
+    return size / seconds * bus_factor(kind, len(gpus)) / 1e9
+
+
+def _kernel_seconds(gpu_name: str, kernel, flops: float, nbytes: float,
+                    shape: tuple[int, int, int] | None = None) -> float:
+    from simulator.compute import ComputeModel
+    from simulator.ir import Op, OpKind, Phase
+    from topologies import GPUS
+
+    gpu = GPUS[gpu_name]
+    model = ComputeModel(gpu.peak("bf16"), gpu.hbm_bandwidth, gpu.gemm_efficiency,
+                         gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
+                         gpu.kernel_overhead)
+    op = Op(OpKind.COMPUTE, "kernel", "compute", Phase.FORWARD, kernel=kernel, flops=flops,
+            bytes=nbytes, shape=shape)
+    return model.duration(op)
+
+
+def _gemm_tflops(case: Case) -> float:
+    from simulator.ir import KernelClass
+
+    s = case.spec
+    m, n, k = int(s["m"]), int(s["n"]), int(s["k"])
+    flops = 2.0 * m * n * k
+    seconds = _kernel_seconds(s["gpu"], KernelClass.GEMM, flops, 2.0 * (m * k + k * n + m * n),
+                              (m, n, k))
+    return flops / seconds / 1e12
+
+
+def _attention_tflops(case: Case) -> float:
+    from simulator.ir import KernelClass
+
+    s = case.spec
+    forward = 4.0 * s["batch"] * s["seq"] ** 2 * s["heads"] * s["head_dim"]
+    return forward / _kernel_seconds(s["gpu"], KernelClass.ATTENTION, forward, 0.0) / 1e12
+
+
+def _hbm_tbs(case: Case) -> float:
+    from simulator.ir import KernelClass
+
+    nbytes = float(case.spec["bytes"])
+    return nbytes / _kernel_seconds(case.spec["gpu"], KernelClass.ELEMENTWISE, 0.0, nbytes) / 1e12
+
+
+METRICS: Mapping[str, Callable[[Case], float]] = {
+    "tflops_per_gpu": _scenario_metric, **{m: _scenario_metric for m in SUMMARY_METRICS},
+    "busbw": _busbw, "gemm_tflops": _gemm_tflops, "attention_tflops": _attention_tflops,
+    "hbm_tbs": _hbm_tbs,
+}
+
+
+def simulate(case: Case) -> float:
+    """The simulated value of ``case``'s metric."""
+    return METRICS[case.metric](case)
+
+
+def run_cases(cases: Iterable[Case], progress: Callable[[Case], None] | None = None
+              ) -> pd.DataFrame:
+    """One row per case: measured, simulated, signed error %, and its provenance."""
+    rows = []
+    for case in cases:
+        if progress:
+            progress(case)
+        simulated = simulate(case)
+        rows.append({"case": case.name, "tags": ",".join(case.tags), "metric": case.metric,
+                     "unit": case.unit, "measured": case.measured, "simulated": simulated,
+                     "error_pct": error_pct(case.measured, simulated), "basis": case.basis,
+                     "source": case.source})
+    return pd.DataFrame(rows)
+
+
+def by_group(table: pd.DataFrame) -> pd.DataFrame:
+    """Per tag: cases, mean absolute error %, worst absolute error %."""
+    rows = []
+    for tag in sorted({t for tags in table["tags"] for t in tags.split(",")}):
+        part = table[table["tags"].str.split(",").map(lambda tags, tag=tag: tag in tags)]
+        errors = part["error_pct"].abs()
+        rows.append({"group": tag, "cases": len(part), "mean_abs_error_pct": errors.mean(),
+                     "worst_abs_error_pct": errors.max(),
+                     "worst_case": part.loc[errors.idxmax(), "case"]})
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The results as a Markdown table (what the README shows)."""
+    lines = ["| case | measured | simulated | error | basis | source |",
+             "|---|---:|---:|---:|---|---|"]
+    for r in table.itertuples(index=False):
+        lines.append(f"| {r.case} | {r.measured:g} {r.unit} | {r.simulated:.1f} {r.unit} | "
+                     f"{r.error_pct:+.1f} % | {r.basis} | {short_source(r.source)} |")
+    return "\n".join(lines)
+
+
+def short_source(source: str) -> str:
+    """The citation up to its first comma (the full one is in the case file).
+
+    >>> short_source("Azure AI-benchmarking-guide, ND A100 v4 results")
+    'Azure AI-benchmarking-guide'
+    """
+    return source.split(",")[0].split(" (")[0]
