@@ -80,3 +80,18 @@ def test_readme_accuracy_table_is_validates_output(capsys):
     assert table.count("\n") >= 20
     assert table in (ROOT / "README.md").read_text(), (
         "re-run clustersim validate --tag nccl-tests --tag kernels --markdown into README")
+
+
+def test_data_files_ship_with_the_package():
+    """Every data file the code reads is declared as package data (a pip install
+    without the repository must still find them)."""
+    import fnmatch
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]
+    for package in ("simulator", "topologies"):
+        root = ROOT / package
+        for path in root.rglob("*.yaml"):
+            relative = path.relative_to(root).as_posix()
+            assert any(fnmatch.fnmatch(relative, p) for p in declared[package]), relative
