@@ -19,10 +19,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from simulator.gantt import OKABE_ITO
 from simulator.units import format_bytes
-
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-             "#000000")
 
 
 def profile(comms: pd.DataFrame) -> pd.DataFrame:

@@ -34,6 +34,8 @@ from matplotlib.patches import Patch
 from simulator.timeline import rank_table
 
 FORMATS = ("png", "pdf", "svg")
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+             "#000000")  # the colour-blind-safe palette every figure uses
 MAX_ROWS = 48
 GROUP_ABOVE = 16  # more ranks than this: identical ranks share a row
 STREAMS = ("tp", "cp", "dp", "pp")  # communication sub-lanes, top to bottom

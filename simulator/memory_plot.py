@@ -13,11 +13,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.gantt import FORMATS, save, time_unit
+from simulator.gantt import FORMATS, OKABE_ITO, save, time_unit
 
 GIB = 2.0**30
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-             "#000000")
 
 
 def plot_memory(lines: dict[str, tuple[np.ndarray, np.ndarray]], path: str | Path,

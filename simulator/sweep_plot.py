@@ -15,8 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from simulator import units
-from simulator.gantt import save
-from simulator.memory_plot import OKABE_ITO
+from simulator.gantt import OKABE_ITO, save
 
 
 def magnitude(value: object) -> float:

@@ -35,16 +35,8 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     >>> union_length(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0]))
     4.0
     """
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return float((reach[last] - s[first]).sum())
+    merged_starts, merged_ends = merge(np.asarray(starts, float), np.asarray(ends, float))
+    return float((merged_ends - merged_starts).sum())
 
 
 Intervals = tuple[np.ndarray, np.ndarray]

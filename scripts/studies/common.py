@@ -22,11 +22,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.gantt import save  # noqa: E402
+from simulator.gantt import OKABE_ITO, save  # noqa: E402,F401 - the studies' palette
 from simulator.sweep import SweepError, sweep  # noqa: E402
-
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-             "#000000")
 
 
 def options(doc: str) -> argparse.Namespace:
