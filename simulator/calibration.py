@@ -132,10 +132,7 @@ def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str,
 def modelled(table: pd.DataFrame, gpu: GpuSpec, values: Mapping[str, float],
              precision: str = "bf16") -> np.ndarray:
     """Seconds the compute model gives each row with calibration ``values``."""
-    spec = calibrated(gpu, values)
-    model = ComputeModel(spec.peak(precision), spec.hbm_bandwidth, spec.gemm_efficiency,
-                         spec.gemm_half_dim, spec.attention_efficiency,
-                         spec.memory_efficiency, spec.kernel_overhead)
+    model = ComputeModel.of(calibrated(gpu, values), precision)
     out = []
     for row in table.to_dict("records"):
         shape = (int(row["m"]), int(row["n"]), int(row["k"])) if row["kind"] == "gemm" else None

@@ -213,6 +213,14 @@ def _time_option(text: str | None, name: str) -> float | None:
         raise ScenarioError(f"{name}: {error}") from None
 
 
+def _figure(path: str | Path, option: str) -> Path:
+    """A figure path whose suffix names a format we write, or a one-line error."""
+    path = Path(path)
+    if path.suffix.lstrip(".") not in FORMATS:
+        raise ScenarioError(f"{option}: {path.name} must end in one of .png, .pdf, .svg")
+    return path
+
+
 def _ranks_option(text: str | None, total: int) -> list[int] | None:
     if text is None:
         return None
@@ -230,9 +238,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
     start, end = _time_option(args.start, "--from"), _time_option(args.end, "--to")
     if start is not None and end is not None and end <= start:
         raise ScenarioError(f"--to: {args.end} must be later than --from {args.start}")
-    out = Path(args.out) if args.out else finished.path / f"gantt.{args.format}"
-    if out.suffix.lstrip(".") not in FORMATS:
-        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    out = _figure(args.out or finished.path / f"gantt.{args.format}", "--out")
     plot_gantt(finished.spans, out, finished.name, ranks=_ranks_option(args.ranks, total),
                start=start, end=end, streams=args.streams,
                group=False if args.no_group else None, breakdown=not args.no_breakdown)
@@ -256,9 +262,7 @@ def cmd_comms(args: argparse.Namespace) -> int:
     if args.histogram_csv:
         bins.to_csv(args.histogram_csv, index=False, float_format="%.9g")
     if args.plot:
-        if Path(args.plot).suffix.lstrip(".") not in FORMATS:
-            raise ScenarioError(f"--plot: {args.plot} must end in one of .png, .pdf, .svg")
-        comms.plot_histogram(bins, args.plot, finished.name)
+        comms.plot_histogram(bins, _figure(args.plot, "--plot"), finished.name)
     return 0
 
 
@@ -334,9 +338,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path = Path(args.sweep_dir) / "results.parquet"
     if not path.exists():
         raise ScenarioError(f"{args.sweep_dir}: no results.parquet (run clustersim sweep)")
-    out = Path(args.out) if args.out else Path(args.sweep_dir) / "plot.png"
-    if out.suffix.lstrip(".") not in FORMATS:
-        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    out = _figure(args.out or Path(args.sweep_dir) / "plot.png", "--out")
     if args.hue and args.z:
         raise ScenarioError("--hue: a heatmap (--z) has no hue; give one of them")
     try:
@@ -431,9 +433,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ratio = f"{vb / va:8.3f}" if va else f"{'-':>8}"
         print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
     total = int(max(a.spans["rank"].max(), b.spans["rank"].max())) + 1
-    out = Path(args.out) if args.out else b.path / "compare.png"
-    if out.suffix.lstrip(".") not in FORMATS:
-        raise ScenarioError(f"--out: {out.name} must end in one of .png, .pdf, .svg")
+    out = _figure(args.out or b.path / "compare.png", "--out")
     save(compare_figure(a.spans, b.spans, names, _ranks_option(args.ranks, total)),
          out)
     print(f"figure           {out}")

@@ -28,6 +28,13 @@ class ComputeModel:
     memory_efficiency: float
     kernel_overhead: float
 
+    @classmethod
+    def of(cls, gpu, precision: str) -> ComputeModel:
+        """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``."""
+        return cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
+                   gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
+                   gpu.kernel_overhead)
+
     def efficiency(self, op: Op) -> float:
         """Fraction of peak FLOP/s that ``op`` reaches."""
         if op.kernel is KernelClass.GEMM and op.shape is not None:

@@ -88,12 +88,7 @@ class RunResult:
 
 
 def compute_model(scenario: Scenario) -> ComputeModel:
-    gpu = scenario.gpu
-    return ComputeModel(
-        peak_flops=gpu.peak(scenario.training.precision), hbm_bandwidth=gpu.hbm_bandwidth,
-        gemm_efficiency=gpu.gemm_efficiency, gemm_half_dim=gpu.gemm_half_dim,
-        attention_efficiency=gpu.attention_efficiency,
-        memory_efficiency=gpu.memory_efficiency, kernel_overhead=gpu.kernel_overhead)
+    return ComputeModel.of(scenario.gpu, scenario.training.precision)
 
 
 def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):

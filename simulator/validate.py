@@ -130,11 +130,11 @@ def _scenario_metric(case: Case) -> float:
 
 
 def _busbw(case: Case) -> float:
-    from simulator.collectives import Collectives, isolated_time
+    from simulator.collectives import Collectives
     from simulator.fabric import Fabric
     from simulator.ir import Collective
     from simulator.nccl import Algorithm
-    from simulator.nccl_tests import bus_factor
+    from simulator.nccl_tests import bus_factor, time_alone
     from topologies import CLUSTERS, build_cluster
 
     spec = case.spec
@@ -143,7 +143,7 @@ def _busbw(case: Case) -> float:
     algorithm = Algorithm(spec["algorithm"]) if spec.get("algorithm") else None
     kind = Collective(spec.get("op", "all_reduce"))
     size = float(spec["bytes"])
-    seconds = isolated_time(fabric, Collectives(fabric, algorithm)(kind, gpus, size))
+    seconds = time_alone(fabric, Collectives(fabric, algorithm), kind, gpus, size)[0]
     return size / seconds * bus_factor(kind, len(gpus)) / 1e9
 
 
@@ -153,10 +153,7 @@ def _kernel_seconds(gpu_name: str, kernel, flops: float, nbytes: float,
     from simulator.ir import Op, OpKind, Phase
     from topologies import GPUS
 
-    gpu = GPUS[gpu_name]
-    model = ComputeModel(gpu.peak("bf16"), gpu.hbm_bandwidth, gpu.gemm_efficiency,
-                         gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
-                         gpu.kernel_overhead)
+    model = ComputeModel.of(GPUS[gpu_name], "bf16")
     op = Op(OpKind.COMPUTE, "kernel", "compute", Phase.FORWARD, kernel=kernel, flops=flops,
             bytes=nbytes, shape=shape)
     return model.duration(op)
