@@ -81,15 +81,16 @@ def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) 
     """The call of ``size`` bytes that ``plan`` (made for 1 byte) becomes under ``protocol``."""
     if not nccl.supports(plan.algorithm, protocol):
         raise CollectiveError(f"{plan.algorithm.value} does not run the {protocol.value} protocol")
-    fill = nccl.pipeline_fill(protocol, plan.ranks, plan.pipeline_channels, size)
-    scale = size * plan.wire_scale * (1.0 + fill) / nccl.efficiency(protocol)
+    scale = size * plan.wire_scale / nccl.efficiency(protocol)
     sizes = [b * scale for b in plan.payload]
     steps = 1
     if lockstep and plan.algorithm is Algorithm.RING and plan.pipelined_steps > 1:
         steps = plan.pipelined_steps
         sizes = [s / steps for s in sizes]
-    return Lowered(plan.routes, sizes, latency(plan, protocol), plan.algorithm, protocol,
-                   plan.channels, steps)
+    fill = nccl.pipeline_fill(protocol, plan.ranks, plan.pipeline_channels,
+                              plan.pipelined_steps, size)
+    return Lowered(plan.routes, sizes, latency(plan, protocol) + fill, plan.algorithm,
+                   protocol, plan.channels, steps)
 
 
 def idle_rates(fabric: Fabric, plan: Plan) -> np.ndarray:

@@ -71,28 +71,32 @@ _STEP = {
 }
 _EFFICIENCY = {Protocol.LL: 0.25, Protocol.LL128: 0.92, Protocol.SIMPLE: 1.0}
 
-# Ring pipeline fill. A ring call moves its data in chunks through 2(n-1) steps;
-# each channel holds one step slot of its protocol's buffer in flight
+# Ring pipeline fill. A ring call moves its data in chunks through its pipelined
+# steps; each channel holds one step slot of its protocol's buffer in flight
 # (NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 = 512 KiB for Simple; LL128's buffer is of
-# the same order, LL's is 256 KiB), and NCCL runs one channel per NVLink of a GPU
-# (12 on A100, 18 on H100). Until the first chunks have crossed every step the
-# ring runs below its bandwidth: the fill costs about as much as n * window more
-# bytes, window = channels * slot, and never more than the call itself.
+# the same order, LL's is 256 KiB), NCCL runs one channel per NVLink of a GPU
+# (12 on A100, 18 on H100), and a channel moves at about one NVLink's rate.
+# Until the first chunk has crossed every step the ring runs below its
+# bandwidth: each step adds one chunk's time on one link, the chunk being the
+# slot or, for small calls, the call's share per rank and channel.
 SLOT_BYTES = {Protocol.SIMPLE: 512 * 1024, Protocol.LL128: 512 * 1024,
               Protocol.LL: 256 * 1024 / 8}
 NVLINK_LINK_BANDWIDTH = 25e9  # bytes/s per NVLink (NVLink3 and NVLink4), per direction
 
 
-def pipeline_fill(protocol: Protocol, ranks: int, channels: int, size: float) -> float:
-    """Extra bytes-equivalent fraction of a ring call of ``size`` bytes for its
-    pipeline fill: ``min(ranks * channels * slot / size, 1)``.
+def pipeline_fill(protocol: Protocol, ranks: int, channels: int, steps: int,
+                  size: float) -> float:
+    """Seconds a ring call of ``size`` bytes spends filling its pipeline:
+    ``steps * min(slot, size / (ranks * channels)) / NVLINK_LINK_BANDWIDTH``. More
+    channels (more NVLink bandwidth) only make the chunks smaller.
 
-    >>> round(pipeline_fill(Protocol.SIMPLE, 8, 12, 134217728), 3)
-    0.375
+    >>> round(pipeline_fill(Protocol.SIMPLE, 8, 12, 14, 134217728) * 1e6, 1)
+    293.6
     """
     if size <= 0 or channels <= 0:
         return 0.0
-    return min(ranks * channels * SLOT_BYTES[protocol] / size, 1.0)
+    chunk = min(SLOT_BYTES[protocol], size / (ranks * channels))
+    return steps * chunk / NVLINK_LINK_BANDWIDTH
 LL_MULTI_NODE_FACTOR = 1.8
 
 

@@ -88,9 +88,8 @@ def test_ring_all_reduce_closed_form(protocol, size):
     bandwidth = A100.nvlink_bandwidth * A100.nvlink_efficiency * nccl.efficiency(protocol)
     latency = nccl.base_latency(Algorithm.RING, protocol) + 2 * (n - 1) * (
         nvlink_step(Algorithm.RING, protocol) + 2 * A100.nvlink_latency)
-    fill = nccl.pipeline_fill(protocol, n, 12, size)  # 12 NVLinks per A100: 12 channels
-    assert t == pytest.approx(latency + 2 * (n - 1) / n * size / bandwidth * (1 + fill),
-                              rel=1e-9)
+    fill = nccl.pipeline_fill(protocol, n, 12, 2 * (n - 1), size)  # 12 NVLinks: 12 channels
+    assert t == pytest.approx(latency + fill + 2 * (n - 1) / n * size / bandwidth, rel=1e-9)
     assert (lowered.algorithm, lowered.protocol) == (Algorithm.RING, protocol)
 
 
@@ -105,8 +104,8 @@ def test_other_ring_collectives_closed_form(kind, fraction, steps):
     latency = nccl.base_latency(Algorithm.RING, Protocol.SIMPLE) + steps * (
         nvlink_step(Algorithm.RING, Protocol.SIMPLE) + 2 * A100.nvlink_latency)
     chain = kind in (Collective.BROADCAST, Collective.REDUCE)  # no ring pipeline to fill
-    fill = 0.0 if chain else nccl.pipeline_fill(Protocol.SIMPLE, 8, 12, size)
-    assert t == pytest.approx(latency + fraction * size / bandwidth * (1 + fill), rel=1e-9)
+    fill = 0.0 if chain else nccl.pipeline_fill(Protocol.SIMPLE, 8, 12, steps, size)
+    assert t == pytest.approx(latency + fill + fraction * size / bandwidth, rel=1e-9)
 
 
 def test_ring_pipeline_fill_matches_the_nccl_tests_curve_shape():
