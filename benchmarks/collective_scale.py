@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from simulator.collectives import Collectives
-from simulator.fabric import Fabric
-from simulator.ir import Collective
-from simulator.nccl import Algorithm
-from simulator.nccl_tests import bus_factor, time_alone
+from simulator.base.ir import Collective
+from simulator.collectives.nccl import Algorithm
+from simulator.collectives.nccl_tests import bus_factor, time_alone
+from simulator.collectives.tuner import Collectives
+from simulator.network.fabric import Fabric
 from topologies import CLUSTERS, build_cluster
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-import simulator.runner  # noqa: F401 - imported before timing, as the workers have it
-from simulator.sweep import sweep
+import simulator.experiments.runner  # noqa: F401 - imported before timing, as the workers have it
+from simulator.experiments.sweep import sweep
 
 BASE = {
     "name": "sweep-benchmark",

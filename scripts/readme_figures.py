@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator import run
-from simulator.gantt import compare_figure, save
+from simulator.outputs.gantt import compare_figure, save
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

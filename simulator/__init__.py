@@ -3,8 +3,8 @@
 ``simulator.run(scenario)`` simulates one iteration; ``scenario`` is a path to a
 YAML file, a dict in the scenario format, or a loaded ``Scenario``. It returns a
 ``RunResult`` with ``.summary``, ``.spans`` and ``.comms`` (pandas DataFrames)
-and ``.gantt(path)``. Imports are lazy so that ``simulator.ir`` and
-``simulator.units`` stay light for ``workloads`` and ``topologies``.
+and ``.gantt(path)``. Imports are lazy so that ``simulator.base.ir`` and
+``simulator.base.units`` stay light for ``workloads`` and ``topologies``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ def run(scenario: Any, overrides: tuple[str, ...] = ()):
     import copy
     from pathlib import Path
 
-    from simulator import runner
-    from simulator import scenario as scenario_module
+    from simulator.config import scenario as scenario_module
+    from simulator.experiments import runner
 
     if isinstance(scenario, (str, Path)):
         scenario = scenario_module.load(scenario, overrides)

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import run
-from simulator.critical_path import critical_path, shares
-from simulator.summary import rank_breakdown
-from simulator.timeline import (
+from simulator.analysis.critical_path import critical_path, shares
+from simulator.analysis.summary import rank_breakdown
+from simulator.analysis.timeline import (
     grouped_union_length,
     intersect,
     length,

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from simulator import run
-from simulator.calibration import CalibrationError, fit, modelled, read_kernels
+from simulator.base.ir import KernelClass, Op, OpKind, Phase
 from simulator.cli import main
-from simulator.ir import KernelClass, Op, OpKind, Phase
-from simulator.runner import compute_model
-from simulator.scenario import ScenarioError, from_dict
+from simulator.compute.calibration import CalibrationError, fit, modelled, read_kernels
+from simulator.config.scenario import ScenarioError, from_dict
+from simulator.experiments.runner import compute_model
 from tests.conftest import ROOT
 from topologies import GPUS
 from topologies.gpus import CALIBRATION_FIELDS

@@ -10,19 +10,19 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import nccl
-from simulator.algorithms import btree_parents, double_binary_tree, ring_orders
-from simulator.collectives import (
+from simulator.base.ir import Collective
+from simulator.collectives import nccl
+from simulator.collectives.algorithms import btree_parents, double_binary_tree, ring_orders
+from simulator.collectives.nccl import Algorithm, Protocol, Transport
+from simulator.collectives.tuner import (
     CollectiveError,
     Collectives,
     execute,
     finish,
     isolated_time,
 )
-from simulator.fabric import Fabric
-from simulator.ir import Collective
-from simulator.nccl import Algorithm, Protocol, Transport
-from simulator.network import Network
+from simulator.network.fabric import Fabric
+from simulator.network.flows import Network
 from topologies import CLUSTERS, build_cluster
 
 GIB = 2**30

@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import run as api_run
-from simulator.collectives import Collectives
-from simulator.engine import Engine, SimulationError
-from simulator.exports import chrome_trace
-from simulator.fabric import Fabric
-from simulator.ir import COMPUTE_STREAM, Collective, Op, OpKind, Phase, Program
-from simulator.runner import run
-from simulator.scenario import from_dict
+from simulator.base.ir import COMPUTE_STREAM, Collective, Op, OpKind, Phase, Program
+from simulator.collectives.tuner import Collectives
+from simulator.config.scenario import from_dict
+from simulator.engine.core import Engine, SimulationError
+from simulator.experiments.runner import run
+from simulator.network.fabric import Fabric
+from simulator.outputs.exports import chrome_trace
 from topologies import CLUSTERS, build_cluster
 from workloads.memory import Recompute, activation_bytes_per_layer, head_activation_bytes
 

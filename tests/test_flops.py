@@ -2,7 +2,7 @@
 
 import pytest
 
-from simulator.ir import KernelClass
+from simulator.base.ir import KernelClass
 from workloads.kernels import (
     backward_flops,
     head_kernels,

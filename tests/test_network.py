@@ -7,12 +7,12 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import nccl
-from simulator.collectives import Collectives, Lowered, isolated_time
-from simulator.fabric import Fabric
-from simulator.ir import Collective
-from simulator.nccl import Algorithm, Protocol, Transport
-from simulator.network import Network, max_min_rates
+from simulator.base.ir import Collective
+from simulator.collectives import nccl
+from simulator.collectives.nccl import Algorithm, Protocol, Transport
+from simulator.collectives.tuner import Collectives, Lowered, isolated_time
+from simulator.network.fabric import Fabric
+from simulator.network.flows import Network, max_min_rates
 
 
 def two_gpus(bandwidth: float, latency: float) -> Fabric:

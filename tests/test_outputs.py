@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from simulator import comms, run, run_dir
+from simulator import run
+from simulator.analysis import comms
+from simulator.analysis.traffic import server_traffic
+from simulator.base.ir import Collective
 from simulator.cli import main
-from simulator.gantt import choose_rows, identical_ranks, rank_ranges
-from simulator.ir import Collective
-from simulator.traffic import server_traffic
+from simulator.outputs import run_dir
+from simulator.outputs.gantt import choose_rows, identical_ranks, rank_ranges
 from tests.test_parallelism import tiny
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}

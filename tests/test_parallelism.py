@@ -6,7 +6,7 @@ import copy
 import pytest
 
 from simulator import run
-from simulator.scenario import ScenarioError, from_dict
+from simulator.config.scenario import ScenarioError, from_dict
 from workloads.memory import Recompute, activation_bytes_per_layer
 
 GIB = 2**30

@@ -2,7 +2,7 @@
 
 import pytest
 
-from simulator.scenario import ScenarioError, apply_overrides, from_dict, load
+from simulator.config.scenario import ScenarioError, apply_overrides, from_dict, load
 from tests.conftest import QUICKSTART
 
 

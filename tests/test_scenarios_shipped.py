@@ -3,7 +3,7 @@
 import pytest
 
 from simulator import run
-from simulator.scenario import load
+from simulator.config.scenario import load
 from tests.conftest import ROOT
 
 SCENARIOS = sorted((ROOT / "scripts" / "scenarios").glob("*.yaml"))

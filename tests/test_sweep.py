@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator import sweep
 from simulator.cli import main
-from simulator.sweep import Case, SweepError, expand, split_values
+from simulator.experiments import sweep
+from simulator.experiments.sweep import Case, SweepError, expand, split_values
 
 BASE = {
     "name": "sweep-base",
@@ -73,7 +73,7 @@ def test_invalid_cases_are_reported_and_skipped(base_file, tmp_path):
 
 
 def test_a_failing_case_does_not_stop_the_others(base_file, tmp_path, monkeypatch):
-    from simulator import runner
+    from simulator.experiments import runner
 
     real = runner.run
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.timeline import breakdown, union_length
+from simulator.analysis.timeline import breakdown, union_length
 
 
 def iv(*pairs):

@@ -1,6 +1,6 @@
 import pytest
 
-from simulator.units import (
+from simulator.base.units import (
     UnitError,
     format_bytes,
     format_time,

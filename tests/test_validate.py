@@ -6,8 +6,8 @@ Megatron Table 1 row within 15 %)."""
 import pandas as pd
 import pytest
 
-from simulator import validate
 from simulator.cli import main
+from simulator.experiments import validate
 from tests.conftest import ROOT
 
 CASES = validate.load_cases()

@@ -3,7 +3,7 @@
 Every GPU is a data file in ``topologies/data/gpus/`` (peaks from the vendor's
 datasheet, the measurements its efficiencies were fitted to, with sources),
 not code: ``calibration:`` holds the five figures the roofline compute model
-needs (``simulator.compute``). ``clustersim calibrate`` fits the same five
+needs (``simulator.compute.model``). ``clustersim calibrate`` fits the same five
 figures to a user's own kernel timings; ``cluster.calibration: FILE`` applies
 them (``calibrated``).
 """

@@ -25,7 +25,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from simulator.units import UnitError, parse_bandwidth, parse_time
+from simulator.base.units import UnitError, parse_bandwidth, parse_time
 
 KINDS = ("gpu", "nvswitch", "nic", "switch")
 LINKS = ("nvlink", "pcie", "network")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.ir import KernelClass
+from simulator.base.ir import KernelClass
 from workloads.models import Mlp, ModelSpec
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T

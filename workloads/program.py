@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from simulator.ir import COMPUTE_STREAM, Collective, KernelClass, Op, OpKind, Phase, Program
+from simulator.base.ir import COMPUTE_STREAM, Collective, KernelClass, Op, OpKind, Phase, Program
 from workloads import kernels as K
 from workloads.buckets import make_buckets
 from workloads.layout import Layout, parse_order

@@ -21,8 +21,9 @@ from common import OKABE_ITO, options, write
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator import comms, run
-from simulator.units import format_bytes
+from simulator import run
+from simulator.analysis import comms
+from simulator.base.units import format_bytes
 
 NAME = "comm_characteristics"
 STRATEGIES = {

@@ -1,7 +1,7 @@
 """What the study scripts share: options, running a sweep into a table, and
 writing the CSV and figure next to each other.
 
-Every study runs its cases through ``simulator.sweep`` (so a study that is
+Every study runs its cases through ``simulator.experiments.sweep`` (so a study that is
 stopped resumes where it stopped: its sweep directories live under
 ``runs/studies/``) and writes ``NAME.csv`` and ``NAME.png`` into ``--out``
 (default ``docs/studies``, the files the README shows).
@@ -22,8 +22,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.gantt import OKABE_ITO, save  # noqa: E402,F401 - the studies' palette
-from simulator.sweep import SweepError, sweep  # noqa: E402
+from simulator.experiments.sweep import SweepError, sweep  # noqa: E402
+from simulator.outputs.gantt import OKABE_ITO, save  # noqa: E402,F401 - the studies' palette
 
 
 def options(doc: str) -> argparse.Namespace:

@@ -18,7 +18,7 @@ from common import options, run_design, write
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.sweep_plot import magnitude
+from simulator.outputs.sweep_plot import magnitude
 
 NAME = "fsdp_thresholds"
 BANDWIDTH_BOUND = 0.25  # exposed communication share of the iteration

@@ -15,7 +15,7 @@ from common import OKABE_ITO, options, run_design, write
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.sweep_plot import magnitude
+from simulator.outputs.sweep_plot import magnitude
 
 NAME = "pp_vs_dp_bandwidth"
 

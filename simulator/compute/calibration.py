@@ -10,7 +10,7 @@ writes one on a GPU with PyTorch) has the columns
     bytes     HBM bytes per call (memory rows)
     seconds   measured time per call
 
-and the fit follows the roofline of ``simulator.compute``, one kind at a time,
+and the fit follows the roofline of ``simulator.compute.model``, one kind at a time,
 each a linear least-squares problem:
 
 - memory rows: ``seconds = bytes / (hbm * memory_efficiency) + kernel_overhead``
@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.compute import ComputeModel
-from simulator.ir import KernelClass, Op, OpKind, Phase
+from simulator.base.ir import KernelClass, Op, OpKind, Phase
+from simulator.compute.model import ComputeModel
 from topologies.gpus import CALIBRATION_FIELDS, GpuSpec, calibrated
 
 KINDS = {"gemm": KernelClass.GEMM, "attention": KernelClass.ATTENTION,

@@ -20,8 +20,8 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from simulator import units
-from simulator.nccl import Algorithm, Protocol
+from simulator.base import units
+from simulator.collectives.nccl import Algorithm, Protocol
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.clusters import FabricKind, FabricSpec
 from topologies.gpus import GpuFileError, calibrated, check_calibration

@@ -1,8 +1,8 @@
 """Collective calls: choose an algorithm and protocol, lower to flows, execute.
 
 ``Collectives`` is the NCCL-like tuner the engine calls: for each call it
-considers every (algorithm, protocol) that can run it (``simulator.algorithms``,
-``simulator.nccl``), prices each on the idle fabric exactly (max-min fair
+considers every (algorithm, protocol) that can run it (``simulator.collectives.algorithms``,
+``simulator.collectives.nccl``), prices each on the idle fabric exactly (max-min fair
 rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
 picks the lowest modelled time. Either choice can be forced
 (``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import simpy
 
-from simulator import nccl
-from simulator.algorithms import PLANNERS, AlgorithmUnavailable, Plan
-from simulator.fabric import Fabric
-from simulator.ir import Collective
-from simulator.nccl import Algorithm, Protocol
-from simulator.network import Network, max_min_rates
+from simulator.base.ir import Collective
+from simulator.collectives import nccl
+from simulator.collectives.algorithms import PLANNERS, AlgorithmUnavailable, Plan
+from simulator.collectives.nccl import Algorithm, Protocol
+from simulator.network.fabric import Fabric
+from simulator.network.flows import Network, max_min_rates
 
 
 class CollectiveError(ValueError):

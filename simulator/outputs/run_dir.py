@@ -1,11 +1,11 @@
 """A finished run's directory: what ``clustersim run`` writes, and reading it back.
 
-    summary.json        the summary (see simulator.summary)
+    summary.json        the summary (see simulator.analysis.summary)
     scenario.yaml       the scenario as given (with --set applied)
     spans.csv           every span: rank, node, stream, kind, name, start, end,
                         phase, micro-batch, layer, bytes, call (row of comms)
     comms.csv/.parquet  the communication log: every collective call and message
-    ranks.csv           per-rank time breakdown (simulator.timeline.rank_table)
+    ranks.csv           per-rank time breakdown (simulator.analysis.timeline.rank_table)
     streams.csv         per (rank, stream) busy/overlap/exposed/wait
     critical_path.csv   the chain of spans that sets the iteration time
     trace.json          Chrome/Perfetto trace with flows and counters
@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from simulator import exports
-from simulator.scenario import ScenarioError
+from simulator.config.scenario import ScenarioError
+from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
 

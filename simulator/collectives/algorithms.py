@@ -2,7 +2,7 @@
 
 Each function returns a ``Plan``: the flows (route, payload bytes) an algorithm
 puts on the fabric and the pipeline steps it pays latency for; a protocol then
-turns the plan into wire bytes and a latency (``simulator.collectives``).
+turns the plan into wire bytes and a latency (``simulator.collectives.tuner``).
 S is the nccl-tests buffer size: the full buffer for all-reduce, broadcast and
 reduce, the gathered buffer for all-gather and reduce-scatter, each rank's send
 buffer for all-to-all.
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator import nccl
-from simulator.fabric import Fabric
-from simulator.ir import Collective
-from simulator.nccl import Algorithm, Transport
+from simulator.base.ir import Collective
+from simulator.collectives import nccl
+from simulator.collectives.nccl import Algorithm, Transport
+from simulator.network.fabric import Fabric
 
 
 class AlgorithmUnavailable(ValueError):

@@ -28,14 +28,14 @@ from pathlib import Path
 
 import yaml
 
-from simulator import run_dir
-from simulator.collectives import CollectiveError
-from simulator.engine import SimulationError
-from simulator.fabric import FabricError
-from simulator.gantt import FORMATS
-from simulator.nccl_tests import parse_ranks
-from simulator.scenario import ScenarioError, load
-from simulator.units import UnitError, format_bytes, format_time, parse_time
+from simulator.base.units import UnitError, format_bytes, format_time, parse_time
+from simulator.collectives.nccl_tests import parse_ranks
+from simulator.collectives.tuner import CollectiveError
+from simulator.config.scenario import ScenarioError, load
+from simulator.engine.core import SimulationError
+from simulator.network.fabric import FabricError
+from simulator.outputs import run_dir
+from simulator.outputs.gantt import FORMATS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,8 +135,8 @@ def _gantt_parser(sub) -> None:
 
 
 def _collective_parser(sub) -> None:
-    from simulator.ir import Collective
-    from simulator.nccl_tests import DTYPES
+    from simulator.base.ir import Collective
+    from simulator.collectives.nccl_tests import DTYPES
 
     tool = sub.add_parser("collective", help="nccl-tests-style sweep of one collective",
                           description="Time one collective over a range of sizes on an idle "
@@ -191,7 +191,7 @@ def _critical_line(path: dict) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulator.runner import run
+    from simulator.experiments.runner import run
 
     scenario = load(args.scenario, args.set)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
@@ -231,7 +231,7 @@ def _ranks_option(text: str | None, total: int) -> list[int] | None:
 
 
 def cmd_gantt(args: argparse.Namespace) -> int:
-    from simulator.gantt import plot_gantt
+    from simulator.outputs.gantt import plot_gantt
 
     finished = run_dir.read(args.run_dir)
     total = int(finished.spans["rank"].max()) + 1
@@ -247,7 +247,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
 
 
 def cmd_comms(args: argparse.Namespace) -> int:
-    from simulator import comms
+    from simulator.analysis import comms
 
     finished = run_dir.read(args.run_dir)
     table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
@@ -267,7 +267,7 @@ def cmd_comms(args: argparse.Namespace) -> int:
 
 
 def _design(args: argparse.Namespace) -> tuple[Path, dict, dict]:
-    from simulator import sweep
+    from simulator.experiments import sweep
 
     grid = dict(sweep.parse_axis(text, "--grid") for text in args.grid)
     zipped = dict(sweep.parse_axis(text, "--zip") for text in args.zip)
@@ -307,7 +307,7 @@ class _Bar:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator import sweep
+    from simulator.experiments import sweep
 
     base, grid, zipped = _design(args)
     if args.workers < 1:
@@ -333,7 +333,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from simulator.sweep_plot import plot
+    from simulator.outputs.sweep_plot import plot
 
     path = Path(args.sweep_dir) / "results.parquet"
     if not path.exists():
@@ -351,7 +351,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from simulator import validate
+    from simulator.experiments import validate
 
     cases = validate.select(validate.load_cases(), args.case, args.tag)
     if args.list:
@@ -384,7 +384,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from simulator import calibration
+    from simulator.compute import calibration
     from topologies import GPUS
     from topologies.gpus import CALIBRATION_FIELDS
 
@@ -421,7 +421,7 @@ COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from simulator.gantt import compare_figure, save
+    from simulator.outputs.gantt import compare_figure, save
 
     a, b = run_dir.read(args.run_a), run_dir.read(args.run_b)
     names = (a.name, b.name) if a.name != b.name else (f"A: {a.path.name}", f"B: {b.path.name}")
@@ -470,11 +470,11 @@ def cmd_presets(_args: argparse.Namespace) -> int:
 def cmd_collective(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from simulator import nccl_tests
-    from simulator.collectives import Collectives
-    from simulator.fabric import Fabric
-    from simulator.ir import Collective
-    from simulator.scenario import apply_overrides, machine_from, network_from
+    from simulator.base.ir import Collective
+    from simulator.collectives import nccl_tests
+    from simulator.collectives.tuner import Collectives
+    from simulator.config.scenario import apply_overrides, machine_from, network_from
+    from simulator.network.fabric import Fabric
 
     sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
     raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)

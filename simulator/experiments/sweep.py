@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from simulator.scenario import ScenarioError, from_dict, read_raw, set_key
+from simulator.config.scenario import ScenarioError, from_dict, read_raw, set_key
 
 RESULTS = "results.jsonl"
 DESIGN = "sweep.yaml"
@@ -182,7 +182,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def run_case(base: Mapping[str, Any], base_dir: str | None, case: Case) -> dict[str, Any]:
     """Simulate one case; its row of the results table (never raises for a
     failing case: the error is in the row)."""
-    from simulator.runner import run
+    from simulator.experiments.runner import run
 
     row: dict[str, Any] = {"case": case.id, "status": "ok", "error": ""}
     raw = case.scenario(base)

@@ -48,10 +48,10 @@ from itertools import accumulate
 import numpy as np
 import simpy
 
-from simulator.collectives import Lowered, execute
-from simulator.fabric import Fabric
-from simulator.ir import COMPUTE_STREAM, Collective, Op, OpKind, Program
-from simulator.network import Network, succeed_at
+from simulator.base.ir import COMPUTE_STREAM, Collective, Op, OpKind, Program
+from simulator.collectives.tuner import Lowered, execute
+from simulator.network.fabric import Fabric
+from simulator.network.flows import Network, succeed_at
 
 Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes, call)
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from simulator.collectives import Lowered
-from simulator.fabric import Fabric
-from simulator.ir import Collective
+from simulator.base.ir import Collective
+from simulator.collectives.tuner import Lowered
+from simulator.network.fabric import Fabric
 
 CLASSES = {1: "NVLink out (GB/s)", 2: "network out (GB/s)"}
 

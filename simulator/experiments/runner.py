@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.collectives import Collectives
-from simulator.compute import ComputeModel, jitter_factors
-from simulator.engine import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
-from simulator.fabric import Fabric
-from simulator.ir import Program
-from simulator.scenario import Scenario
-from simulator.summary import memory_timeline, summarize
+from simulator.analysis.summary import memory_timeline, summarize
+from simulator.base.ir import Program
+from simulator.collectives.tuner import Collectives
+from simulator.compute.model import ComputeModel, jitter_factors
+from simulator.config.scenario import Scenario
+from simulator.engine.core import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
+from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
 
@@ -41,7 +41,7 @@ class RunResult:
 
     def traffic(self) -> dict:
         """Link traffic per server over time: (server, counter) -> (times, GB/s)."""
-        from simulator.traffic import server_traffic
+        from simulator.analysis.traffic import server_traffic
 
         if self._context is None:
             return {}
@@ -51,8 +51,8 @@ class RunResult:
     def gantt(self, path: str | None = None, **options: Any):
         """The Gantt chart of this run: written to ``path`` (png, pdf or svg) and
         returned as a matplotlib Figure (a notebook shows it); ``options`` as for
-        ``simulator.gantt.figure`` (ranks, start, end, streams, group, breakdown)."""
-        from simulator.gantt import figure, save
+        ``simulator.outputs.gantt.figure`` (ranks, start, end, streams, group, breakdown)."""
+        from simulator.outputs.gantt import figure, save
 
         fig = figure(self.spans, self.scenario.name, **options)
         if path is not None:
@@ -61,26 +61,26 @@ class RunResult:
 
     def critical_path(self):
         """The chain of spans that sets the iteration time (a DataFrame)."""
-        from simulator.critical_path import critical_path
+        from simulator.analysis.critical_path import critical_path
 
         return critical_path(self.spans)
 
     def ranks(self):
         """Per-rank time breakdown (compute, exposed communication, waiting,
         bubble, idle): one row per rank."""
-        from simulator.timeline import rank_table
+        from simulator.analysis.timeline import rank_table
 
         return rank_table(self.spans, self.summary["iteration_time_s"])
 
     def streams(self):
         """Per (rank, stream): busy, overlapped, exposed and waiting time."""
-        from simulator.timeline import stream_table
+        from simulator.analysis.timeline import stream_table
 
         return stream_table(self.spans)
 
     def memory_plot(self, path: str) -> None:
         """Write memory over time, one line per pipeline stage, to ``path``."""
-        from simulator.memory_plot import plot_memory
+        from simulator.outputs.memory_plot import plot_memory
 
         stages = self.extra.get("stage", {})
         lines = {f"stage {stages.get(r, 0)} (rank {r})": v for r, v in self.memory.items()}

@@ -1,7 +1,7 @@
 """Validation as a feature: run the validation set, compare with the published
 measurements, report the error.
 
-The set (``simulator/validation/cases.yaml``) holds published measurements,
+The set (``simulator/experiments/validation/cases.yaml``) holds published measurements,
 each with what is needed to rebuild it: a scenario file (end to end), a
 collective (nccl-tests ``all_reduce_perf`` on an idle fabric), or a kernel (one
 kernel on one GPU); the metric and how the source counts it; and the
@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from simulator.scenario import ScenarioError
+from simulator.config.scenario import ScenarioError
 
 HERE = Path(__file__).resolve().parent / "validation"
 CASES = HERE / "cases.yaml"
@@ -114,8 +114,8 @@ def select(cases: list[Case], names: Iterable[str] = (), tags: Iterable[str] = (
 
 
 def _scenario_metric(case: Case) -> float:
-    from simulator.runner import run
-    from simulator.scenario import load
+    from simulator.config.scenario import load
+    from simulator.experiments.runner import run
     from workloads.kernels import megatron_hardware_flops
 
     scenario = load(HERE / case.spec)
@@ -130,11 +130,11 @@ def _scenario_metric(case: Case) -> float:
 
 
 def _busbw(case: Case) -> float:
-    from simulator.collectives import Collectives
-    from simulator.fabric import Fabric
-    from simulator.ir import Collective
-    from simulator.nccl import Algorithm
-    from simulator.nccl_tests import bus_factor, time_alone
+    from simulator.base.ir import Collective
+    from simulator.collectives.nccl import Algorithm
+    from simulator.collectives.nccl_tests import bus_factor, time_alone
+    from simulator.collectives.tuner import Collectives
+    from simulator.network.fabric import Fabric
     from topologies import CLUSTERS, build_cluster
 
     spec = case.spec
@@ -149,8 +149,8 @@ def _busbw(case: Case) -> float:
 
 def _kernel_seconds(gpu_name: str, kernel, flops: float, nbytes: float,
                     shape: tuple[int, int, int] | None = None) -> float:
-    from simulator.compute import ComputeModel
-    from simulator.ir import Op, OpKind, Phase
+    from simulator.base.ir import Op, OpKind, Phase
+    from simulator.compute.model import ComputeModel
     from topologies import GPUS
 
     model = ComputeModel.of(GPUS[gpu_name], "bf16")
@@ -160,7 +160,7 @@ def _kernel_seconds(gpu_name: str, kernel, flops: float, nbytes: float,
 
 
 def _gemm_tflops(case: Case) -> float:
-    from simulator.ir import KernelClass
+    from simulator.base.ir import KernelClass
 
     s = case.spec
     m, n, k = int(s["m"]), int(s["n"]), int(s["k"])
@@ -171,7 +171,7 @@ def _gemm_tflops(case: Case) -> float:
 
 
 def _attention_tflops(case: Case) -> float:
-    from simulator.ir import KernelClass
+    from simulator.base.ir import KernelClass
 
     s = case.spec
     forward = 4.0 * s["batch"] * s["seq"] ** 2 * s["heads"] * s["head_dim"]
@@ -179,7 +179,7 @@ def _attention_tflops(case: Case) -> float:
 
 
 def _hbm_tbs(case: Case) -> float:
-    from simulator.ir import KernelClass
+    from simulator.base.ir import KernelClass
 
     nbytes = float(case.spec["bytes"])
     return nbytes / _kernel_seconds(case.spec["gpu"], KernelClass.ELEMENTWISE, 0.0, nbytes) / 1e12

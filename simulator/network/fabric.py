@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from simulator.nccl import Transport
+from simulator.collectives.nccl import Transport
 
 
 class FabricError(ValueError):

@@ -5,9 +5,9 @@ Keys (a contract, see the README): ``iteration_time_s`` (end of the last span),
 second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
 ``gpus``, the breakdown of the rank that finishes last (``compute_s``,
 ``exposed_comm_s``, ``overlapped_comm_s``, ``comm_wait_s``, ``bubble_s``, and
-``idle_s``; see ``simulator.timeline``), ``critical_path`` (seconds of the
+``idle_s``; see ``simulator.analysis.timeline``), ``critical_path`` (seconds of the
 chain of spans that sets the iteration time in each category, and the spans,
-ranks and stages it passes; see ``simulator.critical_path``),
+ranks and stages it passes; see ``simulator.analysis.critical_path``),
 ``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``.
 """
 
@@ -18,9 +18,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from simulator import critical_path
-from simulator.ir import Program
-from simulator.timeline import PIPELINE_STREAM, breakdown, grouped_union_length, rank_intervals
+from simulator.analysis import critical_path
+from simulator.analysis.timeline import (
+    PIPELINE_STREAM,
+    breakdown,
+    grouped_union_length,
+    rank_intervals,
+)
+from simulator.base.ir import Program
 
 GIB = 2.0**30
 

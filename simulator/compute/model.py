@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.ir import KernelClass, Op, OpKind
+from simulator.base.ir import KernelClass, Op, OpKind
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator import units
-from simulator.gantt import OKABE_ITO, save
+from simulator.base import units
+from simulator.outputs.gantt import OKABE_ITO, save
 
 
 def magnitude(value: object) -> float:

@@ -1,7 +1,7 @@
 """The communication profile of a run: what each parallelism dimension sends.
 
 From the communication log (one row per collective call or point-to-point
-message; see ``simulator.runner``): per dimension and operation the number of
+message; see ``simulator.experiments.runner``): per dimension and operation the number of
 calls, the volume, message sizes (smallest, median, largest), time in flight
 and time the first member waited; and message-size histograms in powers of two
 (the bins papers use for "many small messages").
@@ -19,8 +19,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.gantt import OKABE_ITO
-from simulator.units import format_bytes
+from simulator.base.units import format_bytes
+from simulator.outputs.gantt import OKABE_ITO
 
 
 def profile(comms: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +79,7 @@ def format_histogram(table: pd.DataFrame) -> str:
 
 def plot_histogram(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """Message counts per power-of-two size bin, one bar series per dimension."""
-    from simulator.gantt import save
+    from simulator.outputs.gantt import save
 
     pivot = table.pivot_table(index="from_bytes", columns="dimension", values="calls",
                               aggfunc="sum", fill_value=0).sort_index()

@@ -16,9 +16,9 @@ import re
 import time
 from dataclasses import dataclass
 
-from simulator.collectives import Collectives, isolated_run
-from simulator.fabric import Fabric
-from simulator.ir import Collective
+from simulator.base.ir import Collective
+from simulator.collectives.tuner import Collectives, isolated_run
+from simulator.network.fabric import Fabric
 
 DTYPES = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4,
           "double": 8, "int64": 8}

@@ -13,7 +13,7 @@ Ranks whose timelines are identical (same spans, same times) share one row
 labelled with their ranks, so a 1024-GPU run still gives a readable figure;
 ``ranks`` picks a subset, ``start``/``end`` a time window. A panel beside the
 chart breaks each row's iteration into compute, exposed communication,
-waiting, bubble and idle (``simulator.timeline``). Colours are the Okabe-Ito
+waiting, bubble and idle (``simulator.analysis.timeline``). Colours are the Okabe-Ito
 colour-blind-safe palette; text stays text in PDF and SVG (TrueType fonts, no
 paths). Uses matplotlib's object API (no pyplot state).
 """
@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from simulator.timeline import rank_table
+from simulator.analysis.timeline import rank_table
 
 FORMATS = ("png", "pdf", "svg")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",

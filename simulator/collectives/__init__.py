@@ -1,0 +1,6 @@
+"""NCCL-style collectives: NCCL's tables (``nccl``), one module per algorithm in a
+registry (``algorithms``), the tuner that lowers a call to flows and a latency
+(``tuner``), and the nccl-tests sweep (``nccl_tests``).
+
+May import ``simulator.base`` and ``simulator.network``.
+"""
