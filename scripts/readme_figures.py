@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator import run
-from simulator.outputs.gantt import compare_figure, save
+from simulator.outputs.gantt import compare_figure
+from simulator.outputs.style import save
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from simulator.base.ir import Collective
 from simulator.collectives import nccl
 from simulator.collectives.algorithms import btree_parents, double_binary_tree, ring_orders
-from simulator.collectives.nccl import Algorithm, Protocol, Transport
+from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.collectives.tuner import (
     CollectiveError,
     Collectives,
@@ -21,7 +21,7 @@ from simulator.collectives.tuner import (
     finish,
     isolated_time,
 )
-from simulator.network.fabric import Fabric
+from simulator.network.fabric import Fabric, Transport
 from simulator.network.flows import Network
 from topologies import CLUSTERS, build_cluster
 

@@ -5,8 +5,7 @@ import dataclasses
 import networkx as nx
 import pytest
 
-from simulator.collectives.nccl import Transport
-from simulator.network.fabric import Fabric, FabricError
+from simulator.network.fabric import Fabric, FabricError, Transport
 from topologies import CLUSTERS, FabricKind, FabricSpec, build_cluster
 from topologies.graph_file import GraphFileError, load_graph
 from topologies.networks import dragonfly_links, leaf_spine_shape

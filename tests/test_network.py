@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from simulator.base.ir import Collective
 from simulator.collectives import nccl
-from simulator.collectives.nccl import Algorithm, Protocol, Transport
+from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.collectives.tuner import Collectives, Lowered, isolated_time
-from simulator.network.fabric import Fabric
+from simulator.network.fabric import Fabric, Transport
 from simulator.network.flows import Network, max_min_rates
 
 

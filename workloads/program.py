@@ -571,8 +571,6 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
         model_flops=K.model_flops(model, training.global_batch, training.seq_len),
         tokens=training.global_batch * training.seq_len,
         stage=tuple(stage_of),
-        representatives=tuple(layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": s})
-                              for s in range(parallel.pp)),
         notes={"micro_batches": ctx.micro_batches,
                "parameters": K.parameter_count(model, training.seq_len),
                "buckets": sum(1 for op in stage_ops[0] if op.name.startswith(

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator.experiments.sweep import SweepError, sweep  # noqa: E402
-from simulator.outputs.gantt import OKABE_ITO, save  # noqa: E402,F401 - the studies' palette
+from simulator.outputs.style import OKABE_ITO, save  # noqa: E402,F401 - the studies' palette
 
 
 def options(doc: str) -> argparse.Namespace:

@@ -92,7 +92,6 @@ class Program:
     model_flops: float  # model FLOPs of one iteration, whole job, no recompute
     tokens: int  # tokens of one iteration (global batch x sequence length)
     stage: tuple[int, ...] = ()
-    representatives: tuple[int, ...] = ()  # one rank per set of identical ranks (folding)
     notes: Mapping[str, object] = field(default_factory=dict)
 
     @property

@@ -35,7 +35,7 @@ from simulator.config.scenario import ScenarioError, load
 from simulator.engine.core import SimulationError
 from simulator.network.fabric import FabricError
 from simulator.outputs import run_dir
-from simulator.outputs.gantt import FORMATS
+from simulator.outputs.style import FORMATS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -248,6 +248,7 @@ def cmd_gantt(args: argparse.Namespace) -> int:
 
 def cmd_comms(args: argparse.Namespace) -> int:
     from simulator.analysis import comms
+    from simulator.outputs import comms_plot
 
     finished = run_dir.read(args.run_dir)
     table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
@@ -262,7 +263,7 @@ def cmd_comms(args: argparse.Namespace) -> int:
     if args.histogram_csv:
         bins.to_csv(args.histogram_csv, index=False, float_format="%.9g")
     if args.plot:
-        comms.plot_histogram(bins, _figure(args.plot, "--plot"), finished.name)
+        comms_plot.plot_histogram(bins, _figure(args.plot, "--plot"), finished.name)
     return 0
 
 
@@ -421,7 +422,8 @@ COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from simulator.outputs.gantt import compare_figure, save
+    from simulator.outputs.gantt import compare_figure
+    from simulator.outputs.style import save
 
     a, b = run_dir.read(args.run_a), run_dir.read(args.run_b)
     names = (a.name, b.name) if a.name != b.name else (f"A: {a.path.name}", f"B: {b.path.name}")
@@ -515,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "validate": cmd_validate}[args.command]
     try:
         return handler(args)
-    except ScenarioError as error:
+    except (ScenarioError, run_dir.RunDirError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except (SimulationError, FabricError, CollectiveError) as error:

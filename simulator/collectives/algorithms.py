@@ -35,8 +35,8 @@ import numpy as np
 
 from simulator.base.ir import Collective
 from simulator.collectives import nccl
-from simulator.collectives.nccl import Algorithm, Transport
-from simulator.network.fabric import Fabric
+from simulator.collectives.nccl import Algorithm
+from simulator.network.fabric import Fabric, Transport
 
 
 class AlgorithmUnavailable(ValueError):

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from simulator.network.fabric import Transport
+
 
 class Algorithm(Enum):
     RING = "ring"
@@ -42,12 +44,6 @@ class Protocol(Enum):
     LL = "ll"
     LL128 = "ll128"
     SIMPLE = "simple"
-
-
-class Transport(Enum):
-    NVLINK = "nvlink"
-    PCI = "pci"
-    NET = "net"
 
 
 US = 1e-6

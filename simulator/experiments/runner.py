@@ -20,7 +20,10 @@ from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
-from simulator.engine.core import COLLECTIVE_COLUMNS, SPAN_COLUMNS, Engine
+from simulator.engine.assemble import engine_class
+from simulator.engine.core import COLLECTIVE_COLUMNS, SPAN_COLUMNS
+from simulator.engine.exclusive import exclusive_dimensions
+from simulator.engine.gangs import tensor_parallel_gangs
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
@@ -52,7 +55,8 @@ class RunResult:
         """The Gantt chart of this run: written to ``path`` (png, pdf or svg) and
         returned as a matplotlib Figure (a notebook shows it); ``options`` as for
         ``simulator.outputs.gantt.figure`` (ranks, start, end, streams, group, breakdown)."""
-        from simulator.outputs.gantt import figure, save
+        from simulator.outputs.gantt import figure
+        from simulator.outputs.style import save
 
         fig = figure(self.spans, self.scenario.name, **options)
         if path is not None:
@@ -104,87 +108,27 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
     return durations
 
 
-def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str]) -> frozenset:
-    """``{"tp"}`` when no other traffic can share tensor-parallel links: no other
-    group has two members in one server, and traffic is not routed through other
-    GPUs' NVLink (rail-optimized PXN)."""
-    if fabric.graph.graph.get("rail_aligned"):
-        return frozenset()
-    for dim, groups in program.groups.items():
-        if dim == "tp":
-            continue
-        for group in groups:
-            servers = [fabric.node_of(placement[r]) for r in group]
-            if len(set(servers)) < len(servers):
-                return frozenset()
-    return frozenset({"tp"})
-
-
-def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
-              nodes: list[int], mate_calls: dict[int, dict[int, int]] | None = None
-              ) -> pd.DataFrame:
-    """Sorted representatives' spans, copied for each rank they represent, in rank
-    order (so the result is sorted too, without sorting it again). ``mate_calls``
-    maps a mate's copied ``call`` (the representative's log row) to its own."""
-    by_rank = {}
-    starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
-    ends = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="right")
-    for rep, a, b in zip(represents, starts, ends, strict=True):
-        for rank in (rep, *represents[rep]):
-            by_rank[rank] = (rep, a, b)
-    order = sorted(by_rank)
-    blocks = [by_rank[rank][1:] for rank in order]
-    lengths = [b - a for a, b in blocks]
-
-    def copied(values: np.ndarray) -> np.ndarray:  # block copies: much faster than a take
-        return np.concatenate([values[a:b] for a, b in blocks])
-
-    columns = {}
-    for name, column in spans.items():
-        if name == "rank":
-            columns[name] = np.repeat(np.asarray(order, dtype=column.dtype), lengths)
-        elif name == "node":
-            columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
-        elif name == "call":
-            columns[name] = _mates_own_calls(copied(column.to_numpy()), order, lengths,
-                                             mate_calls or {})
-        elif isinstance(column.dtype, pd.CategoricalDtype):
-            columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
-                                                      dtype=column.dtype)
-        else:
-            columns[name] = copied(column.to_numpy())
-    return pd.DataFrame(columns, copy=False)
-
-
-def _mates_own_calls(calls: np.ndarray, order: list[int], lengths: list[int],
-                     mate_calls: dict[int, dict[int, int]]) -> np.ndarray:
-    """Replace, in each mate's block of ``calls``, the representative's rows by the
-    mate's own (its own group's call or message)."""
-    position = 0
-    for rank, length in zip(order, lengths, strict=True):
-        remap = mate_calls.get(rank)
-        if remap:
-            block = calls[position:position + length]
-            keys = np.fromiter(remap, dtype=np.int64, count=len(remap))
-            values = np.fromiter(remap.values(), dtype=np.int64, count=len(remap))
-            sort = np.argsort(keys)
-            keys, values = keys[sort], values[sort]
-            at = np.minimum(np.searchsorted(keys, block), len(keys) - 1)
-            hit = keys[at] == block
-            block[hit] = values[at[hit]]
-        position += length
-    return calls
-
-
-def sharing(scenario: Scenario, program: Program) -> tuple[list[int] | None, dict | None]:
-    """(simulated ranks, ranks each represents): all ranks, one per pipeline stage
-    (folding), or one per tensor-parallel group (gangs)."""
+def engine_for(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
+               batch_compute: bool = True) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The engine plug-ins (``simulator.engine.assemble.PLUGINS``) and their options
+    for this scenario: batching (unless one event per kernel is asked for),
+    layer spans, rank folding or tensor-parallel gangs, exclusive links."""
+    names: list[str] = []
+    options: dict[str, Any] = {}
+    if scenario.layer_spans:
+        names.append("layer_spans")
+    elif batch_compute:
+        names.append("batching")
     if scenario.fold_ranks:
-        return list(program.representatives), None
-    if scenario.gangs:
-        represents = {g[0]: g[1:] for g in program.groups["tp"]}
-        return sorted(represents), represents
-    return None, None
+        names.append("folding")
+    elif scenario.gangs:
+        names.append("gangs")
+        options["represents"] = tensor_parallel_gangs(program)
+        exclusive = exclusive_dimensions(program, fabric, placement)
+        if exclusive:
+            names.append("exclusive_links")
+            options["exclusive"] = exclusive
+    return tuple(names), options
 
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
@@ -247,19 +191,17 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                            scenario.compute_jitter)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    simulated, represents = sharing(scenario, program)
-    exclusive = exclusive_dimensions(program, fabric, placement) if represents else frozenset()
-    result = Engine(program, placement, durations, fabric, lowering,
-                    batch_compute=batch_compute, simulated=simulated, represents=represents,
-                    layer_spans=scenario.layer_spans, exclusive=exclusive).run()
+    plugins, options = engine_for(scenario, program, placement, fabric, batch_compute)
+    result = engine_class(*plugins)(program, placement, durations, fabric, lowering,
+                                    **options).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = _spans(result, nodes)
     gpu = scenario.gpu
+    ranks = result.ranks
     summary = summarize(spans, program, result.memory_events,
-                        gpu.peak(scenario.training.precision), gpu.memory_bytes, simulated)
-    if represents:  # mates ran in lockstep with their representative: same spans
-        spans = replicate(spans, represents, nodes, result.mate_calls)
-    ranks = simulated if simulated is not None else range(program.ranks)
+                        gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks)
+    if result.expand is not None:
+        spans = result.expand(spans, nodes=nodes)
     summary.update(simulated_ranks=len(ranks), **program.notes, events=result.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)

@@ -22,11 +22,18 @@ latency tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import networkx as nx
 import numpy as np
 
-from simulator.collectives.nccl import Transport
+
+class Transport(Enum):
+    """How a route's bytes move, as NCCL's latency tables distinguish them."""
+
+    NVLINK = "nvlink"
+    PCI = "pci"
+    NET = "net"
 
 
 class FabricError(ValueError):
@@ -67,6 +74,11 @@ class Fabric:
         for name, data in graph.nodes(data=True):
             if data.get("kind") == "gpu":
                 self._server_gpus.setdefault(int(data["node"]), []).append(name)
+
+    @property
+    def proxies_through_peers(self) -> bool:
+        """Whether inter-server traffic may first cross another GPU's NVLink (PXN)."""
+        return self._rail_aligned
 
     def link_classes(self) -> tuple[np.ndarray, np.ndarray]:
         """Per link: the server it leaves (-1 for switch links) and its class:

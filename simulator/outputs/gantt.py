@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -32,10 +31,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simulator.analysis.timeline import rank_table
+from simulator.outputs.style import save, time_unit
 
-FORMATS = ("png", "pdf", "svg")
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-             "#000000")  # the colour-blind-safe palette every figure uses
 MAX_ROWS = 48
 GROUP_ABOVE = 16  # more ranks than this: identical ranks share a row
 STREAMS = ("tp", "cp", "dp", "pp")  # communication sub-lanes, top to bottom
@@ -58,7 +55,6 @@ BREAKDOWN = {  # rank_table column -> (label, colour)
     "bubble_s": ("bubble", "#BBBBBB"),
     "idle_s": ("idle", "#F2F2F2"),
 }
-TEXT_AS_TEXT = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 
 
 def category(kind: str, phase: str, stream: str) -> str:
@@ -68,15 +64,6 @@ def category(kind: str, phase: str, stream: str) -> str:
     if kind == "comm":
         return f"{stream.upper()} communication" if stream in STREAMS else "DP communication"
     return phase if phase in CATEGORIES else "forward"
-
-
-def time_unit(span: float) -> tuple[str, float]:
-    """(unit label, scale) so the axis numbers stay readable."""
-    if span >= 2.0:
-        return "s", 1.0
-    if span >= 2e-3:
-        return "ms", 1e3
-    return "us", 1e6
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -310,19 +297,6 @@ def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
         draw_breakdown(side, spans, rows, iteration)
         side.tick_params(axis="y", labelleft=False)
     return fig
-
-
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig``; the format follows the suffix (png, pdf or svg), text as text."""
-    path = Path(path)
-    fmt = path.suffix.lstrip(".").lower()
-    if fmt not in FORMATS:
-        raise ValueError(f"figure format {fmt!r} is not one of {', '.join(FORMATS)}")
-    with matplotlib.rc_context(TEXT_AS_TEXT):
-        fig.savefig(path, format=fmt, dpi=150,
-                    metadata={"Date": None} if fmt == "svg" else
-                    {"CreationDate": None} if fmt == "pdf" else None)
-    return path
 
 
 def plot_gantt(spans: pd.DataFrame, path: str | Path, title: str = "", **options) -> Path:

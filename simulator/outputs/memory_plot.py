@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.outputs.gantt import FORMATS, OKABE_ITO, save, time_unit
+from simulator.outputs.style import FORMATS, OKABE_ITO, save, time_unit
 
 GIB = 2.0**30
 

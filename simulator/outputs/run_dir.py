@@ -24,10 +24,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from simulator.config.scenario import ScenarioError
 from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
+
+
+class RunDirError(ValueError):
+    """A directory that is not a readable run; the message names the path."""
 
 
 @dataclass
@@ -62,11 +65,11 @@ def write(result, out: Path, fmt: str = "png") -> None:
 
 
 def read(path: str | Path) -> FinishedRun:
-    """Read a run directory back; a missing or unreadable file is a ScenarioError
+    """Read a run directory back; a missing or unreadable file is a RunDirError
     naming it."""
     path = Path(path)
     if not path.is_dir():
-        raise ScenarioError(f"{path}: not a run directory (write one with clustersim run)")
+        raise RunDirError(f"{path}: not a run directory (write one with clustersim run)")
     try:
         summary = json.loads((path / "summary.json").read_text())
         spans = pd.read_csv(path / "spans.csv")
@@ -74,7 +77,7 @@ def read(path: str | Path) -> FinishedRun:
         comms = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(path / "comms.csv")
         scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
     except (OSError, ValueError, yaml.YAMLError) as error:
-        raise ScenarioError(f"{path}: cannot read the run ({error})") from None
+        raise RunDirError(f"{path}: cannot read the run ({error})") from None
     for column in TEXT_COLUMNS:
         spans[column] = spans[column].astype(str).astype("category")
     return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms)

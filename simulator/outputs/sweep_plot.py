@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from simulator.base import units
-from simulator.outputs.gantt import OKABE_ITO, save
+from simulator.outputs.style import OKABE_ITO, save
 
 
 def magnitude(value: object) -> float:

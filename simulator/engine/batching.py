@@ -1,0 +1,77 @@
+"""Plug-in: a run of ready compute ops costs one SimPy event, not one per kernel.
+
+Compute durations do not depend on anything the network does, so when a
+stream reaches a compute op, every following compute op whose dependencies'
+ends are already known can be planned at once: each gets its span and end
+time, and the stream sleeps once until the last ends. A process on another
+stream that depends on a kernel inside the run resumes at that kernel's
+planned end (``Engine._finish`` wakes waiters at an op's end, even a future
+one). The trace is the reference engine's, with far fewer events.
+
+Contract: ``tests/test_engine.py::test_batched_compute_planning_matches_one_event_per_kernel``
+(the same span table as ``Engine``). When compute starts to depend on
+concurrent communication (overlap interference), planning must stop at
+communication boundaries.
+"""
+
+from __future__ import annotations
+
+from simulator.base.ir import Op
+from simulator.engine.core import Engine
+
+
+class BatchedCompute(Engine):
+    """Plans consecutive ready compute ops in one step."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
+        self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
+
+    def _prepare_rank(self, rank: int, durations: list[float]) -> None:
+        super()._prepare_rank(rank, durations)
+        ops = self.program.ops[rank]
+        if id(ops) not in self._phases:
+            self._phases[id(ops)] = [op.phase.value for op in ops]
+            depended = {d for op in ops for d in op.deps}
+            self._watched[id(ops)] = [i in depended or bool(op.mem) for i, op in enumerate(ops)]
+
+    def _compute(self, rank: int, indices: list[int], pos: int,
+                 durations: list[float]) -> tuple[int, float]:
+        """Plan compute ops from ``pos`` while their inputs' ends are known (a hot
+        path: plain loops, no helpers); return the next position and the end."""
+        ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
+        phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
+        while pos < len(indices):
+            i = indices[pos]
+            op = ops[i]
+            if not all(done[d] is not None and done[d] <= t for d in op.deps):
+                start = self._ready_at(rank, op, t)
+                if start is None:
+                    break
+                t = start
+            end = t + durations[i]
+            spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
+                          op.microbatch, op.layer, op.bytes, -1))
+            if watched[i]:
+                self._finish(rank, i, end)
+            else:
+                done[i] = end
+            t, pos = end, pos + 1
+        return pos, t
+
+    def _ready_at(self, rank: int, op: Op, t: float) -> float | None:
+        """When ``op`` can start if its stream is free at ``t``: None if a
+        dependency's end is not known yet and no plug-in can settle it now."""
+        done, start = self.done[rank], t
+        for d in op.deps:
+            end = done[d] if done[d] is not None else self._settle(rank, d)
+            if end is None:
+                return None
+            start = max(start, end)
+        return start
+
+    def _settle(self, rank: int, op_index: int) -> float | None:
+        """Fix the end of a not-yet-run op of another stream now, if a plug-in can
+        (``exclusive``: a collective on links nobody else uses); else None."""
+        return None

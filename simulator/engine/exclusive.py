@@ -1,0 +1,149 @@
+"""Plug-in: collectives on links no other traffic can use run without the network.
+
+When no other group's traffic can touch a dimension's links (``exclusive_dimensions``
+checks that statically, e.g. tensor parallelism filling each server with no
+proxy routing through other GPUs), and a gang (``gangs``) is a whole group of
+that dimension, the group's call ends exactly at its isolated time plus
+latency once the gang arrives: nothing can slow it. It is then settled like a
+compute kernel, at a known future time, without the network; with
+``batching`` the compute planner runs it inline, so a stage's forward or
+backward is one event.
+
+Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give_the_same_timeline``
+(every span's end equals the full run's, with a quarter of the events).
+"""
+
+from __future__ import annotations
+
+from simulator.base.ir import Op, OpKind, Program
+from simulator.engine.gangs import Gangs
+from simulator.network.fabric import Fabric
+
+
+def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str]) -> frozenset:
+    """``{"tp"}`` when no other traffic can share tensor-parallel links: no other
+    group has two members in one server, and traffic is not routed through other
+    GPUs' NVLink (a rail-optimized fabric's PXN)."""
+    if fabric.proxies_through_peers:
+        return frozenset()
+    for dim, groups in program.groups.items():
+        if dim == "tp":
+            continue
+        for group in groups:
+            servers = [fabric.node_of(placement[r]) for r in group]
+            if len(set(servers)) < len(servers):
+                return frozenset()
+    return frozenset({"tp"})
+
+
+class ExclusiveLinks(Gangs):
+    """Gangs whose calls on exclusive dimensions are settled at their isolated time."""
+
+    def __init__(self, *args, exclusive: frozenset[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._exclusive = exclusive
+        running = set(self.ranks)
+        self._covered = {(dim, g) for dim in exclusive for g, ranks in enumerate(
+            self.program.groups.get(dim, ())) if any(
+                set(ranks) == {r, *self._mates.get(r, ())} for r in ranks if r in running)}
+        self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
+        self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
+
+    def _prepare_rank(self, rank: int, durations: list[float]) -> None:
+        super()._prepare_rank(rank, durations)
+        ops = self.program.ops[rank]
+        if id(ops) not in self._inlinable:
+            out: list[tuple | None] = [None] * len(ops)
+            for stream, indices in self._streams[rank].items():
+                for position, i in enumerate(indices):
+                    if ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive:
+                        out[i] = (stream, position, indices[position - 1] if position else None)
+            self._inlinable[id(ops)] = out
+
+    def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
+        inlinable = self._inlinable[id(self.program.ops[rank])]
+        if any(inlinable[i] is not None for i in indices):
+            return self._settling_stream(rank, stream, indices, durations)
+        return super()._process(rank, stream, indices, durations)
+
+    def _settling_stream(self, rank: int, stream: str, indices: list[int],
+                         durations: list[float]):
+        """The reference stream loop, skipping ops the compute planner has settled
+        inline meanwhile (their end is known before the stream reaches them)."""
+        env, ops, done = self.env, self.program.ops[rank], self.done[rank]
+        key = (rank, stream)
+        while self._cursor[key] < len(indices):
+            pos = self._cursor[key]
+            i = indices[pos]
+            op = ops[i]
+            for d in op.deps:
+                while done[d] is None and done[i] is None:
+                    yield self._waiter(rank, d)
+                if done[i] is None and done[d] > env.now:
+                    yield env.timeout(done[d] - env.now)
+            if done[i] is not None:  # settled inline meanwhile
+                self._cursor[key] = max(self._cursor[key], pos + 1)
+                continue
+            if op.kind is OpKind.COMPUTE:
+                self._cursor[key], end = self._compute(rank, indices, pos, durations)
+                yield env.timeout(end - env.now)
+                continue
+            self._cursor[key] = pos + 1
+            if op.kind is OpKind.COLLECTIVE:
+                yield from self._collective(rank, i, op)
+            else:
+                yield from self._p2p(rank, i, op)
+
+    def _collective(self, rank: int, op_index: int, op: Op):
+        index = self._group_of[op.group][rank]
+        if (op.group, index) in self._covered:
+            self._alone(rank, op_index, op, index, self.env.now)
+            return
+        yield from super()._collective(rank, op_index, op)
+
+    def _settle(self, rank: int, op_index: int) -> float | None:
+        """Run an exclusive-link collective now, at its planned time, if it is next on
+        its stream, its inputs' ends are known, and this rank's gang is its whole
+        group; return its end, or None. (A hot path: plain loops, no helpers.)"""
+        ops = self.program.ops[rank]
+        where = self._inlinable[id(ops)][op_index]
+        if where is None:
+            return None
+        stream, position, previous = where
+        key = (rank, stream)
+        if self._cursor[key] != position:
+            return None
+        op, done = ops[op_index], self.done[rank]
+        index = self._group_of[op.group][rank]
+        if (op.group, index) not in self._covered:
+            return None
+        start = self.env.now
+        for d in (*op.deps, previous) if previous is not None else op.deps:
+            end = done[d]
+            if end is None:
+                return None
+            if end > start:
+                start = end
+        self._cursor[key] = position + 1
+        self._alone(rank, op_index, op, index, start)
+        return done[op_index]
+
+    def _alone(self, rank: int, op_index: int, op: Op, index: int, start: float) -> None:
+        """A call on links no other traffic can use, with its whole group here at
+        ``start``: it ends at its isolated time plus latency."""
+        cache_key = (op.group, index, op.collective, op.bytes)
+        cached = self._alone_cache.get(cache_key)
+        if cached is None:
+            members = self.program.groups[op.group][index]
+            lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
+            duration = self.network.isolated(lowered.routes, lowered.sizes,
+                                             lowered.key) + lowered.latency
+            cached = self._alone_cache[cache_key] = (duration, op.collective.value, (
+                len(members), op.bytes, lowered.algorithm.value, lowered.protocol.value,
+                lowered.channels))
+        duration, kind, row = cached
+        end = start + duration
+        self.spans.append((rank, op.stream, "comm", op.name, start, end, op.phase.value,
+                           op.microbatch, op.layer, op.bytes, len(self.collectives)))
+        self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start, end))
+        self._finish(rank, op_index, end)

@@ -1,0 +1,177 @@
+"""Plug-in: one process runs a gang of ranks that execute one op tuple in lockstep.
+
+A gang is a representative rank and its *mates* (a tensor-parallel group:
+its members run the same program on identical inputs). Only the
+representative runs. At every collective or message it also joins, on behalf
+of each mate, the mate's own group, so every group's flows run on the network
+and every call is logged; it finishes when the last of those calls ends. The
+mates' spans are the representative's, copied afterwards (``replicate``), each
+naming its own call in the communication log.
+
+Contract: ``tests/test_parallelism.py::
+test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank`` (every rank's
+spans, the log and the calls each span names equal the full run's).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pandas as pd
+
+from simulator.base.ir import Collective, Op, OpKind, Program
+from simulator.engine.core import Engine, Message, SimulationError
+
+
+def tensor_parallel_gangs(program: Program) -> dict[int, tuple[int, ...]]:
+    """Each tensor-parallel group as a gang: first rank -> the others."""
+    return {group[0]: tuple(group[1:]) for group in program.groups["tp"]}
+
+
+class Gangs(Engine):
+    """Runs each gang's representative; mates join their own calls through it."""
+
+    def __init__(self, *args, represents: dict[int, tuple[int, ...]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._mates = {r: tuple(m) for r, m in represents.items()}
+        for rep, mates in self._mates.items():
+            if any(self.program.ops[m] is not self.program.ops[rep] for m in mates):
+                raise SimulationError(f"rank {rep} cannot represent ranks with other programs")
+        self.ranks = sorted(self._mates)
+        self._send_plans: dict[tuple, list[tuple]] = {}
+        self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
+
+    def _expected_arrivals(self) -> dict[tuple[str, int], int]:
+        arriving = set(self.ranks) | {m for ms in self._mates.values() for m in ms}
+        return {(dim, g): sum(1 for r in ranks if r in arriving)
+                for dim, groups in self.program.groups.items()
+                for g, ranks in enumerate(groups)}
+
+    def _collective(self, rank: int, op_index: int, op: Op):
+        index = self._group_of[op.group][rank]
+        groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
+        for r in (rank, *self._mates[rank]):
+            groups.setdefault(self._group_of[op.group][r], []).append(r)
+        calls = {g: self._join(members, op) for g, members in groups.items()}
+        own = calls[index]
+        arrival = self.env.now
+        yield self._all([call.done for call in calls.values()])
+        self._record(rank, op, arrival, own.start, own.end, own.row)
+        for g, members in groups.items():
+            if g != index:  # mates in other groups: their own call's log row
+                for mate in members:
+                    self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
+        self._finish(rank, op_index, max(c.end for c in calls.values()))
+
+    def _p2p(self, rank: int, op_index: int, op: Op):
+        arrival = self.env.now
+        mine = [self._message(r, op) for r in (rank, *self._mates[rank])]
+        if op.kind is OpKind.SEND:
+            self._send(mine, op)
+        yield self._all([m.done for _, m in mine])
+        key, message = mine[0]
+        start = max(arrival, message.start)
+        self._record(rank, op, arrival if op.kind is OpKind.RECV else start, start,
+                     message.end, message.row)
+        for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
+            self.mate_calls.setdefault(mate, {})[message.row] = other.row
+        self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
+        if op.kind is OpKind.RECV:
+            for other_key, _ in mine:
+                del self._messages[other_key]
+
+    def _send(self, messages: list[tuple[tuple[str, int, int], Message]], op: Op) -> None:
+        """Start a gang's messages now, batched per latency: one rate computation for
+        the lot (the mates send in lockstep), each message ending with its own flows."""
+        for latency, batch, calls, key in self._send_plan(op, [k[1] for k, _ in messages]):
+            for i, lowered in batch:  # log each message before waking anyone
+                message_key, message = messages[i]
+                message.start = self.env.now
+                message.done.callbacks.insert(0, self._arrived(message_key, message, lowered,
+                                                               op))
+            if len(batch) == 1:
+                (routes, sizes), = calls
+                self.network.transfer(routes, sizes, key=key, then=latency,
+                                      done=messages[batch[0][0]][1].done)
+            else:
+                self.network.transfer_batch(calls, key=key, then=latency,
+                                            events=[messages[i][1].done for i, _ in batch])
+
+    def _send_plan(self, op: Op, pairs: list[int]) -> list[tuple]:
+        """How a gang's sends on these pairs go out (cached): per latency, the
+        messages (position, lowering), their flows and a shape key."""
+        cache_key = (op.group, tuple(pairs), op.bytes)
+        plan = self._send_plans.get(cache_key)
+        if plan is None:
+            batches: dict[float, list] = {}
+            for i, pair_index in enumerate(pairs):
+                pair = self.program.groups[op.group][pair_index]
+                lowered = self._lower(Collective.SEND_RECV, [self.placement[pair[0]],
+                                                             self.placement[pair[1]]], op.bytes)
+                batches.setdefault(lowered.latency, []).append((i, lowered))
+            plan = self._send_plans[cache_key] = [
+                (latency, batch, [(lowered.routes, lowered.sizes) for _, lowered in batch],
+                 batch[0][1].key if len(batch) == 1 else
+                 ("batch", *(lowered.key for _, lowered in batch)))
+                for latency, batch in batches.items()]
+        return plan
+
+    def _expander(self):
+        return partial(replicate, represents=self._mates, mate_calls=self.mate_calls)
+
+
+def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
+              nodes: list[int], mate_calls: dict[int, dict[int, int]] | None = None
+              ) -> pd.DataFrame:
+    """Sorted representatives' spans, copied for each rank they represent, in rank
+    order (so the result is sorted too, without sorting it again). ``mate_calls``
+    maps a mate's copied ``call`` (the representative's log row) to its own."""
+    by_rank = {}
+    starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
+    ends = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="right")
+    for rep, a, b in zip(represents, starts, ends, strict=True):
+        for rank in (rep, *represents[rep]):
+            by_rank[rank] = (rep, a, b)
+    order = sorted(by_rank)
+    blocks = [by_rank[rank][1:] for rank in order]
+    lengths = [b - a for a, b in blocks]
+
+    def copied(values: np.ndarray) -> np.ndarray:  # block copies: much faster than a take
+        return np.concatenate([values[a:b] for a, b in blocks])
+
+    columns = {}
+    for name, column in spans.items():
+        if name == "rank":
+            columns[name] = np.repeat(np.asarray(order, dtype=column.dtype), lengths)
+        elif name == "node":
+            columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
+        elif name == "call":
+            columns[name] = _mates_own_calls(copied(column.to_numpy()), order, lengths,
+                                             mate_calls or {})
+        elif isinstance(column.dtype, pd.CategoricalDtype):
+            columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
+                                                      dtype=column.dtype)
+        else:
+            columns[name] = copied(column.to_numpy())
+    return pd.DataFrame(columns, copy=False)
+
+
+def _mates_own_calls(calls: np.ndarray, order: list[int], lengths: list[int],
+                     mate_calls: dict[int, dict[int, int]]) -> np.ndarray:
+    """Replace, in each mate's block of ``calls``, the representative's rows by the
+    mate's own (its own group's call or message)."""
+    position = 0
+    for rank, length in zip(order, lengths, strict=True):
+        remap = mate_calls.get(rank)
+        if remap:
+            block = calls[position:position + length]
+            keys = np.fromiter(remap, dtype=np.int64, count=len(remap))
+            values = np.fromiter(remap.values(), dtype=np.int64, count=len(remap))
+            sort = np.argsort(keys)
+            keys, values = keys[sort], values[sort]
+            at = np.minimum(np.searchsorted(keys, block), len(keys) - 1)
+            hit = keys[at] == block
+            block[hit] = values[at[hit]]
+        position += length
+    return calls

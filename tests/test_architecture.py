@@ -1,0 +1,99 @@
+"""The layering of docs/ARCHITECTURE.md, checked on the import graph.
+
+Every ``import`` in the project's packages (inside functions too) must point
+to the same package or to a lower layer; ``topologies`` and ``workloads``
+never import each other or SimPy; the engine never imports either of them.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+LAYERS = {  # package -> layer; a module may import only lower layers or its own package
+    "simulator.base": 0,
+    "topologies": 1, "workloads": 1,
+    "simulator.network": 2,
+    "simulator.collectives": 3, "simulator.compute": 3,
+    "simulator.engine": 4,
+    "simulator.analysis": 5,
+    "simulator.outputs": 6,
+    "simulator.config": 7,
+    "simulator.experiments": 8,
+    "simulator.cli": 9,
+    "simulator": 10,  # the package root: the lazy simulator.run and __main__
+}
+FORBIDDEN = {  # on top of the layering
+    "topologies": ("workloads", "simpy"),
+    "workloads": ("topologies", "simpy"),
+    "simulator.base": ("simpy",),
+    "simulator.engine": ("topologies", "workloads"),
+}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    for n in (2, 1):
+        if ".".join(parts[:n]) in LAYERS:
+            return ".".join(parts[:n])
+    return ""  # not ours: the standard library or a dependency
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for top in ("simulator", "topologies", "workloads"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out.append((dotted.removesuffix(".__init__"), path))
+    return out
+
+
+def violations(module: str, path: Path) -> list[str]:
+    own = package_of(module)
+    bad = []
+    for line, target in imports(path):
+        theirs = package_of(target)
+        where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+        if theirs and theirs != own and LAYERS[theirs] >= LAYERS[own] and own != "simulator":
+            bad.append(f"{where} (layer {LAYERS[theirs]} from layer {LAYERS[own]})")
+        if any(target == f or target.startswith(f + ".") for f in FORBIDDEN.get(own, ())):
+            bad.append(f"{where} (forbidden for {own})")
+    return bad
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [m for m, _ in modules() if not package_of(m)] == []
+
+
+def test_no_import_points_upward():
+    bad = [v for module, path in modules() for v in violations(module, path)]
+    assert bad == []
+
+
+@pytest.mark.parametrize("source, module, expected", [
+    ("from simulator.outputs.gantt import OKABE_ITO\n", "simulator.analysis.comms", 1),
+    ("def f():\n    from simulator.cli import main\n", "simulator.engine.core", 1),
+    ("from simulator.base.ir import Op\n", "simulator.engine.core", 0),
+    ("import topologies\n", "simulator.engine.core", 1),
+    ("from workloads.models import MODELS\n", "topologies.fabric", 2),
+])
+def test_the_check_finds_upward_and_forbidden_imports(tmp_path, source, module, expected):
+    path = ROOT / "tests" / "_probe.py"
+    try:
+        path.write_text(source)
+        assert len(violations(module, path)) == expected
+    finally:
+        path.unlink()
