@@ -12,9 +12,10 @@ import pytest
 from simulator.collectives.tuner import Collectives
 from simulator.config.scenario import from_dict
 from simulator.engine.assemble import PLUGINS, engine_class
-from simulator.engine.core import SPAN_COLUMNS, Engine
+from simulator.engine.core import Engine
 from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import tensor_parallel_gangs
+from simulator.engine.records import SPAN_COLUMNS
 from simulator.experiments.runner import compute_model
 from simulator.network.fabric import Fabric
 from tests.test_parallelism import tiny

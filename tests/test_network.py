@@ -11,8 +11,10 @@ from simulator.base.ir import Collective
 from simulator.collectives import nccl
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.collectives.tuner import Collectives, Lowered, isolated_time
+from simulator.network.batches import BatchNetwork
 from simulator.network.fabric import Fabric, Transport
-from simulator.network.flows import Network, max_min_rates
+from simulator.network.flows import Network
+from simulator.network.maxmin import max_min_rates
 
 
 def two_gpus(bandwidth: float, latency: float) -> Fabric:
@@ -132,7 +134,7 @@ def run_with_batch(capacity, background, parts, batched, then=0.0):
     """Ends of ``parts`` (routes, sizes each) started together at t=1, batched or one
     by one, next to ``background`` transfers (start, routes, sizes)."""
     env = simpy.Environment()
-    net = Network(env, np.asarray(capacity, dtype=float))
+    net = BatchNetwork(env, np.asarray(capacity, dtype=float))
     ends = [None] * len(parts)
 
     def waiter(i, event):

@@ -26,7 +26,8 @@ from simulator.collectives import nccl
 from simulator.collectives.algorithms import PLANNERS, AlgorithmUnavailable, Plan
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.network.fabric import Fabric
-from simulator.network.flows import Network, max_min_rates
+from simulator.network.flows import Network
+from simulator.network.maxmin import max_min_rates
 
 
 class CollectiveError(ValueError):

@@ -21,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.base.ir import Collective, Op, OpKind, Program
-from simulator.engine.core import Engine, Message, SimulationError
+from simulator.engine.core import Engine
+from simulator.engine.records import Message, SimulationError
+from simulator.network.batches import BatchNetwork
 
 
 def tensor_parallel_gangs(program: Program) -> dict[int, tuple[int, ...]]:
@@ -39,6 +41,7 @@ class Gangs(Engine):
             if any(self.program.ops[m] is not self.program.ops[rep] for m in mates):
                 raise SimulationError(f"rank {rep} cannot represent ranks with other programs")
         self.ranks = sorted(self._mates)
+        self.network = BatchNetwork(self.env, self.fabric.capacity)  # mates send in lockstep
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
 

@@ -21,9 +21,9 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
-from simulator.engine.core import COLLECTIVE_COLUMNS, SPAN_COLUMNS
 from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import tensor_parallel_gangs
+from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 

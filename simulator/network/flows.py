@@ -26,125 +26,9 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import simpy
 
-
-def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
-                  flows: int) -> np.ndarray:
-    """Max-min fair rate of each flow.
-
-    ``pair_flow[i]`` crosses ``pair_link[i]``; every flow crosses at least one
-    link. Each round finds the links whose equal share is smallest, gives that
-    share to every unfrozen flow crossing them, and removes those flows.
-
-    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([10.0, 3.0]), 2)
-    array([7., 3.])
-    """
-    if len(pair_flow) <= SMALL:
-        return _max_min_small(pair_flow.tolist(), pair_link.tolist(), capacity, flows)
-    used_links, pair_link = np.unique(pair_link, return_inverse=True)  # only links in use
-    rates = np.zeros(flows)
-    frozen = np.zeros(flows, dtype=bool)
-    remaining = capacity[used_links].astype(float)
-    active = np.ones(len(pair_flow), dtype=bool)
-    links = len(used_links)
-    while active.any():
-        counts = np.bincount(pair_link[active], minlength=links)
-        used = counts > 0
-        share = np.full(links, np.inf)
-        share[used] = np.maximum(remaining[used], 0.0) / counts[used]
-        level = share.min()
-        bottleneck = share <= level * (1.0 + 1e-12)
-        newly = np.unique(pair_flow[active & bottleneck[pair_link]])
-        rates[newly] = level
-        frozen[newly] = True
-        leaving = active & frozen[pair_flow]
-        remaining -= level * np.bincount(pair_link[leaving], minlength=links)
-        active &= ~leaving
-    return rates
-
+from simulator.network.maxmin import finished_flows, fluid_progress, max_min_rates
 
 RATE_CACHE = 200_000  # component mixes whose rates are kept
-SMALL = 80  # below this many (flow, link) pairs plain Python beats numpy's call overhead
-
-
-def _max_min_small(pair_flow: list[int], pair_link: list[int], capacity: np.ndarray,
-                   flows: int) -> np.ndarray:
-    """``max_min_rates`` for a few flows, the same progressive filling in plain Python."""
-    users: dict[int, list[int]] = {}
-    links_of: dict[int, list[int]] = {}
-    for f, link in zip(pair_flow, pair_link, strict=True):
-        users.setdefault(link, []).append(f)
-        links_of.setdefault(f, []).append(link)
-    remaining = {link: float(capacity[link]) for link in users}
-    count = {link: len(fs) for link, fs in users.items()}
-    rates = np.zeros(flows)
-    open_flows = set(links_of)
-    while open_flows:
-        level = min(max(remaining[link], 0.0) / count[link] for link in count if count[link])
-        bottleneck = [link for link in count
-                      if count[link] and max(remaining[link], 0.0) / count[link]
-                      <= level * (1.0 + 1e-12)]
-        newly = sorted({f for link in bottleneck for f in users[link] if f in open_flows})
-        for f in newly:
-            rates[f] = level
-            open_flows.discard(f)
-            for link in links_of[f]:
-                remaining[link] -= level
-                count[link] -= 1
-    return rates
-
-
-def _finished(remaining: np.ndarray, size: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    return remaining <= np.maximum(size * 1e-9, rate * 1e-12)
-
-
-def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
-                   size: np.ndarray, until: float = np.inf) -> tuple[float, np.ndarray]:
-    """Run flows alone on the links until they all end or ``until`` seconds pass.
-
-    Returns (elapsed seconds, bytes each flow has left).
-    """
-    if len(size) == 1:  # one flow alone runs at its route's narrowest link
-        rate = float(capacity[pair_link].min())
-        total = float(size[0]) / rate
-        if total <= until:
-            return total, np.zeros(1)
-        return until, np.array([max(0.0, float(size[0]) - rate * until)])
-    remaining, elapsed = size.astype(float).copy(), 0.0
-    while (remaining > 0).any():
-        active = remaining[pair_flow] > 0
-        rates = max_min_rates(pair_flow[active], pair_link[active], capacity, len(size))
-        live = remaining > 0
-        step = float(np.min(remaining[live] / rates[live]))
-        if elapsed + step >= until:
-            remaining[live] -= rates[live] * (until - elapsed)
-            return until, np.maximum(remaining, 0.0)
-        remaining[live] -= rates[live] * step
-        elapsed += step
-        remaining[_finished(remaining, size, rates)] = 0.0
-    return elapsed, remaining
-
-
-def fluid_finish_times(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
-                       size: np.ndarray) -> np.ndarray:
-    """Seconds until each flow ends when the flows run alone on the links.
-
-    >>> fluid_finish_times(np.array([0, 1]), np.array([0, 0]), np.array([2.0]),
-    ...                    np.array([2.0, 6.0])).tolist()
-    [2.0, 4.0]
-    """
-    remaining, elapsed = size.astype(float).copy(), 0.0
-    ends = np.zeros(len(size))
-    while (remaining > 0).any():
-        active = remaining[pair_flow] > 0
-        rates = max_min_rates(pair_flow[active], pair_link[active], capacity, len(size))
-        live = remaining > 0
-        step = float(np.min(remaining[live] / rates[live]))
-        remaining[live] -= rates[live] * step
-        elapsed += step
-        ended = live & _finished(remaining, size, rates)
-        remaining[ended] = 0.0
-        ends[ended] = elapsed
-    return ends
 
 
 def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
@@ -159,12 +43,9 @@ class _Shape:
 
     __slots__ = ("size", "pair_flow", "pair_link", "links", "part_flows", "part_ends")
 
-    def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
-                 part_of: Sequence[int] | None = None, parts: int = 0) -> None:
+    def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
         self.size = np.asarray(sizes, dtype=float)
-        # per part of a batched transfer: its flows; and its alone durations (lazily)
-        self.part_flows = None if part_of is None else [
-            np.flatnonzero(np.asarray(part_of) == p) for p in range(parts)]
+        self.part_flows: list[np.ndarray] | None = None  # batches (``batches``): per part
         self.part_ends: list[float] | None = None
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
@@ -178,12 +59,10 @@ class _Transfer:
                  "start", "key", "then", "shape", "parts")
 
     def __init__(self, done: simpy.Event, shape: _Shape, start: float,
-                 key: Hashable | None, then: float,
-                 parts: list[simpy.Event] | None = None) -> None:
+                 key: Hashable | None, then: float) -> None:
         self.done, self.start, self.key, self.then = done, start, key, then
         self.shape = shape
-        # a batch's parts not yet fired: part index -> its event
-        self.parts = None if parts is None else dict(enumerate(parts))
+        self.parts: dict[int, simpy.Event] | None = None  # a batch's parts not yet fired
         self.size, self.pair_flow = shape.size, shape.pair_flow
         self.pair_link, self.links = shape.pair_link, shape.links
         self.remaining = self.size.copy()
@@ -240,34 +119,6 @@ class Network:
         self._start(_Transfer(done, shape, self.env.now, key, then))
         return done
 
-    def transfer_batch(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
-                       key: Hashable | None = None, then: float = 0.0,
-                       events: list[simpy.Event] | None = None) -> list[simpy.Event]:
-        """Start several transfers (``(routes, sizes)`` each) at once; one event per
-        transfer (``events``, or new ones), each firing ``then`` seconds after its
-        own flows have ended.
-
-        The same rates and ends as starting them one by one at this instant, with
-        one rate computation instead of one per transfer (a gang's messages).
-        """
-        events = [self.env.event() for _ in calls] if events is None else events
-        shape = self._shapes.get(key) if key is not None else None
-        if shape is None:
-            routes = [r for rs, _ in calls for r in rs]
-            sizes = [x for _, xs in calls for x in xs]
-            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
-            shape = self._shape(routes, sizes, key, part_of, len(calls))
-        if shape is None:
-            for event in events:
-                succeed_at(self.env, event, then)
-            return events
-        t = _Transfer(None, shape, self.env.now, key, then, events)
-        for p, flows in enumerate(shape.part_flows):
-            if len(flows) == 0:
-                self._fire(t, p)
-        self._start(t)
-        return events
-
     def _start(self, t: _Transfer) -> None:
         """Run ``t`` solo if its links are free, else in a component with their users."""
         owners = self._owner[t.links]
@@ -299,8 +150,10 @@ class Network:
             keep = [i for i, (r, s) in enumerate(zip(routes, sizes, strict=True)) if r and s > 0]
             if not keep:
                 return None
-            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep],
-                           None if part_of is None else [part_of[i] for i in keep], parts)
+            shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
+            if part_of is not None:  # a batch (``batches``): each part's flows
+                kept = np.asarray([part_of[i] for i in keep])
+                shape.part_flows = [np.flatnonzero(kept == p) for p in range(parts)]
             if key is not None:
                 self._shapes[key] = shape
         return shape
@@ -325,28 +178,10 @@ class Network:
         self._solos[ident] = t
         self._owner[t.links] = ident
         self.env.timeout(duration).callbacks.append(lambda _event: self._solo_done(ident))
-        if t.parts:  # parts that end before the last: one timeout per distinct end
-            ends: dict[float, list[int]] = {}
-            for p in t.parts:
-                ends.setdefault(self._part_ends(t.shape)[p], []).append(p)
-            for end, parts in ends.items():
-                if end < duration:
-                    self.env.timeout(end).callbacks.append(
-                        lambda _event, parts=parts: self._solo_parts(ident, t, parts))
+        self._solo_started(ident, t, duration)
 
-    def _part_ends(self, shape: _Shape) -> list[float]:
-        """Seconds each part of a batch takes alone (cached on its shape)."""
-        if shape.part_ends is None:
-            ends = fluid_finish_times(shape.pair_flow, shape.pair_link, self.capacity,
-                                      shape.size)
-            shape.part_ends = [float(ends[f].max()) if len(f) else 0.0
-                               for f in shape.part_flows]
-        return shape.part_ends
-
-    def _solo_parts(self, ident: int, t: _Transfer, parts: list[int]) -> None:
-        if self._solos.get(ident) is t:  # still solo: these parts have ended
-            for p in parts:
-                self._fire(t, p)
+    def _solo_started(self, ident: int, t: _Transfer, duration: float) -> None:
+        """Hook: ``t`` runs solo and ends in ``duration`` seconds (batches use it)."""
 
     def _solo_done(self, ident: int) -> None:
         t = self._solos.pop(ident, None)
@@ -355,18 +190,9 @@ class Network:
         self._owner[t.links] = -1
         self._complete(t)
 
-    def _fire(self, t: _Transfer, part: int) -> None:
-        """Part ``part`` of a batch has ended (if not fired yet): fire its event."""
-        event = t.parts.pop(part, None)
-        if event is not None:
-            succeed_at(self.env, event, t.then)
-
     def _complete(self, t: _Transfer) -> None:
         """Flows all ended: fire the transfer's event after its ``then`` delay."""
-        if t.parts is not None:
-            for p in list(t.parts):
-                self._fire(t, p)
-        elif t.then > 0:
+        if t.then > 0:
             succeed_at(self.env, t.done, t.then)
         else:
             t.done.succeed()
@@ -398,11 +224,10 @@ class Network:
         component = self._components[ident]
         live: list[_Transfer] = []
         for t in component.transfers:
-            finished = _finished(t.remaining, t.size, t.rate)
+            finished = finished_flows(t.remaining, t.size, t.rate)
             t.remaining[finished] = 0.0
             if t.parts:
-                for p in [p for p in t.parts if finished[t.shape.part_flows[p]].all()]:
-                    self._fire(t, p)
+                self._parts_finished(t, finished)
             if finished.all():
                 self._component_of[t.links] = -1
                 self._complete(t)
@@ -420,6 +245,9 @@ class Network:
         generation = component.generation
         self.env.timeout(float(min(waits))).callbacks.append(
             lambda _event: self._wake(ident, generation))
+
+    def _parts_finished(self, t: _Transfer, finished: np.ndarray) -> None:
+        """Hook: some of a batch's flows have ended (batches fire their parts)."""
 
     def _assign_rates(self, live: list[_Transfer]) -> None:
         """Max-min rates for a component's live transfers. The rates depend only on

@@ -1,0 +1,57 @@
+"""What the engine records and hands back: span and log columns, calls,
+messages, the result, and the error for programs that cannot finish."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from simulator.base.ir import Op
+
+Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes, call)
+SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
+                "layer", "bytes", "call")  # call: row of the collectives log, -1 for compute
+COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
+                      "algorithm", "protocol", "channels", "first_arrival", "start", "end")
+
+
+class SimulationError(RuntimeError):
+    """The program cannot finish (a collective some members never reach)."""
+
+
+@dataclass
+class Call:
+    """One collective call of one group, gathering its members."""
+
+    op: Op
+    members: tuple[int, ...]
+    done: simpy.Event
+    arrivals: dict[int, float] = field(default_factory=dict)
+    expected: int = 0  # members that will arrive
+    start: float = 0.0
+    end: float = 0.0
+    row: int = -1  # its row in the collectives log, once finished
+
+
+@dataclass
+class Message:
+    """One point-to-point message, from the sender's send to the receiver's receive."""
+
+    done: simpy.Event
+    start: float | None = None
+    end: float | None = None
+    row: int = -1
+
+
+@dataclass
+class EngineResult:
+    spans: list[Span]
+    collectives: list[tuple]
+    memory_events: list[list[tuple[float, float, str]]]  # per rank: (time, delta, category)
+    events: int
+    network_recomputes: int
+    ranks: list[int]  # the ranks whose programs ran
+    # spans of the running ranks (a DataFrame) -> every rank's; None: they are every rank's
+    expand: Callable | None = None

@@ -1,0 +1,93 @@
+"""Batched transfers: several transfers that start together, one rate computation.
+
+A gang (``simulator.engine.gangs``) sends its mates' messages in lockstep. As
+separate transfers each start would recompute the shared rates; as one batch
+the flows start together (one computation) and each part still ends when its
+own flows do, firing its own event. Solo batches fire each part at its alone
+finish time; batches in a component fire a part once all its flows have ended.
+
+Contract: ``tests/test_network.py::test_a_batch_ends_each_part_as_separate_transfers_would``
+(a hypothesis property under background traffic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import simpy
+
+from simulator.network.flows import Network, _Shape, _Transfer, succeed_at
+from simulator.network.maxmin import fluid_finish_times
+
+
+class BatchNetwork(Network):
+    """A Network that can also start a batch of transfers at once."""
+
+    def transfer_batch(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
+                       key: Hashable | None = None, then: float = 0.0,
+                       events: list[simpy.Event] | None = None) -> list[simpy.Event]:
+        """Start several transfers (``(routes, sizes)`` each) at once; one event per
+        transfer (``events``, or new ones), each firing ``then`` seconds after its
+        own flows have ended: the same ends as starting them one by one now."""
+        events = [self.env.event() for _ in calls] if events is None else events
+        shape = self._shapes.get(key) if key is not None else None
+        if shape is None:
+            routes = [r for rs, _ in calls for r in rs]
+            sizes = [x for _, xs in calls for x in xs]
+            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
+            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        if shape is None:
+            for event in events:
+                succeed_at(self.env, event, then)
+            return events
+        t = _Transfer(None, shape, self.env.now, key, then)
+        t.parts = dict(enumerate(events))
+        for p, flows in enumerate(shape.part_flows):
+            if len(flows) == 0:
+                self._fire(t, p)
+        self._start(t)
+        return events
+
+    def _solo_started(self, ident: int, t: _Transfer, duration: float) -> None:
+        """Parts that end before the last: one timeout per distinct end."""
+        if not t.parts:
+            return
+        ends: dict[float, list[int]] = {}
+        for p in t.parts:
+            ends.setdefault(self._part_ends(t.shape)[p], []).append(p)
+        for end, parts in ends.items():
+            if end < duration:
+                self.env.timeout(end).callbacks.append(
+                    lambda _event, parts=parts: self._solo_parts(ident, t, parts))
+
+    def _part_ends(self, shape: _Shape) -> list[float]:
+        """Seconds each part of a batch takes alone (cached on its shape)."""
+        if shape.part_ends is None:
+            ends = fluid_finish_times(shape.pair_flow, shape.pair_link, self.capacity,
+                                      shape.size)
+            shape.part_ends = [float(ends[f].max()) if len(f) else 0.0
+                               for f in shape.part_flows]
+        return shape.part_ends
+
+    def _solo_parts(self, ident: int, t: _Transfer, parts: list[int]) -> None:
+        if self._solos.get(ident) is t:  # still solo: these parts have ended
+            for p in parts:
+                self._fire(t, p)
+
+    def _parts_finished(self, t: _Transfer, finished: np.ndarray) -> None:
+        for p in [p for p in t.parts if finished[t.shape.part_flows[p]].all()]:
+            self._fire(t, p)
+
+    def _fire(self, t: _Transfer, part: int) -> None:
+        """Part ``part`` of a batch has ended (if not fired yet): fire its event."""
+        event = t.parts.pop(part, None)
+        if event is not None:
+            succeed_at(self.env, event, t.then)
+
+    def _complete(self, t: _Transfer) -> None:
+        if t.parts is None:
+            super()._complete(t)
+            return
+        for p in list(t.parts):
+            self._fire(t, p)
