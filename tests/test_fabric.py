@@ -6,16 +6,20 @@ import networkx as nx
 import pytest
 
 from simulator.network.fabric import Fabric, FabricError, Transport
-from topologies import CLUSTERS, FabricKind, FabricSpec, build_cluster
+from topologies import CLUSTERS, NETWORKS, build_cluster
 from topologies.graph_file import GraphFileError, load_graph
-from topologies.networks import dragonfly_links, leaf_spine_shape
+from topologies.networks.dragonfly import dragonfly_links
+from topologies.networks.fat_tree import leaf_spine_shape
 
-KINDS = [FabricKind.FAT_TREE, FabricKind.FAT_TREE_3, FabricKind.RAIL, FabricKind.DRAGONFLY]
+KINDS = ["fat_tree", "fat_tree_3", "rail_optimized", "dragonfly"]
 
 
 def with_fabric(preset, kind, **params):
-    spec = CLUSTERS[preset]
-    return dataclasses.replace(spec, fabric=FabricSpec(kind=kind, **params))
+    """``preset`` on a ``kind`` network with those of ``params`` the kind has."""
+    spec, network = CLUSTERS[preset], NETWORKS[kind]
+    own = {f.name for f in dataclasses.fields(network)}
+    return dataclasses.replace(spec, fabric=network(**{k: v for k, v in params.items()
+                                                        if k in own}))
 
 
 @pytest.mark.parametrize("preset", list(CLUSTERS))
@@ -54,14 +58,14 @@ def test_leaf_spine_shape():
 
 
 def test_oversubscription_cuts_uplinks():
-    full = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE, leaf_ports=16), 8)
-    half = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE, leaf_ports=16,
+    full = build_cluster(with_fabric("dgx-a100", "fat_tree", leaf_ports=16), 8)
+    half = build_cluster(with_fabric("dgx-a100", "fat_tree", leaf_ports=16,
                                      oversubscription=2.0), 8)
     assert full.out_degree("leaf0") == 16 + 16 and half.out_degree("leaf0") == 16 + 8
 
 
 def test_three_level_fat_tree_levels():
-    graph = build_cluster(with_fabric("dgx-a100", FabricKind.FAT_TREE_3, leaf_ports=8,
+    graph = build_cluster(with_fabric("dgx-a100", "fat_tree_3", leaf_ports=8,
                                       pod_leaves=2), 8)
     levels = {d["level"] for _, d in graph.nodes(data=True) if d["kind"] == "switch"}
     assert levels == {1, 2, 3}
@@ -70,7 +74,7 @@ def test_three_level_fat_tree_levels():
 
 
 def test_rail_optimized_keeps_traffic_on_the_destination_rail():
-    graph = build_cluster(with_fabric("dgx-a100", FabricKind.RAIL, leaf_ports=4), 4)
+    graph = build_cluster(with_fabric("dgx-a100", "rail_optimized", leaf_ports=4), 4)
     fabric = Fabric(graph)
     names = {i: e for e, i in fabric.index.items()}
     same_rail = [names[i] for i in fabric.route("n0.gpu3", "n1.gpu3").links]

@@ -104,16 +104,29 @@ def test_file_errors(tmp_path):
 def test_every_fabric_type_runs_end_to_end(small, kind):
     from simulator import run
 
-    small["cluster"]["fabric"] = {"type": kind, "leaf_ports": 8}
+    small["cluster"]["fabric"] = {"type": kind, **({"router_nodes": 1} if kind == "dragonfly"
+                                                   else {"leaf_ports": 8})}
     summary = run(small).summary
     assert summary["gpus"] == 16 and summary["iteration_time_s"] > 0
+
+
+def test_a_fabric_key_of_another_kind_is_refused_by_the_kind(small):
+    small["cluster"]["fabric"] = {"type": "dragonfly", "leaf_ports": 8}
+    with pytest.raises(ScenarioError, match=r"^cluster.fabric.leaf_ports: unknown key; "
+                                            r"allowed: global_links, group_routers, router_nodes"):
+        from_dict(small)
+    small["cluster"]["fabric"] = {"type": "dragonfly"}
+    small["cluster"]["oversubscription"] = 2.0
+    with pytest.raises(ScenarioError, match=r"^cluster.oversubscription: 2.0 is not a setting "
+                                            r"of a dragonfly fabric"):
+        from_dict(small)
 
 
 def test_fabric_keys(small):
     small["cluster"]["oversubscription"] = 2.0
     small["cluster"]["fabric"] = {"type": "fat_tree_3", "pod_leaves": 4}
     fabric = from_dict(small).cluster.fabric
-    assert (fabric.kind.value, fabric.oversubscription, fabric.pod_leaves) == (
+    assert (fabric.name, fabric.oversubscription, fabric.pod_leaves) == (
         "fat_tree_3", 2.0, 4)
     small["cluster"]["fabric"]["oversubscription"] = 3.0
     with pytest.raises(ScenarioError, match="^cluster.oversubscription: give it once"):

@@ -4,9 +4,10 @@ Everything here is in SI units (bytes, bytes/s, seconds, FLOP/s) and imports
 neither SimPy nor ``workloads``.
 """
 
-from topologies.clusters import CLUSTERS, ClusterSpec, FabricKind, FabricSpec, IntraNode
-from topologies.fabric import build_cluster
+from topologies.builder import build_cluster
+from topologies.clusters import CLUSTERS, ClusterSpec, IntraNode
 from topologies.gpus import GPUS, GpuSpec
+from topologies.networks import NETWORKS, NetworkSpec
 
-__all__ = ["CLUSTERS", "GPUS", "ClusterSpec", "FabricKind", "FabricSpec", "GpuSpec",
-           "IntraNode", "build_cluster"]
+__all__ = ["CLUSTERS", "GPUS", "NETWORKS", "ClusterSpec", "GpuSpec", "IntraNode",
+           "NetworkSpec", "build_cluster"]

@@ -27,37 +27,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
+from topologies.networks import NetworkSpec
+from topologies.networks.dragonfly import Dragonfly
+from topologies.networks.fat_tree import FatTree
+
 
 class IntraNode(Enum):
     """How the GPUs of one node are connected."""
 
     NVSWITCH = "nvswitch"  # every GPU has one NVLink port group to a non-blocking switch
     MESH = "mesh"  # direct NVLink between every pair; per-GPU bandwidth split evenly
-
-
-class FabricKind(Enum):
-    """The inter-node network."""
-
-    FAT_TREE = "fat_tree"  # two levels: leaves and spines
-    FAT_TREE_3 = "fat_tree_3"  # three levels: leaves, pod aggregation, core
-    RAIL = "rail_optimized"  # NIC k of every server on rail k's leaves
-    DRAGONFLY = "dragonfly"  # groups of all-to-all routers joined by global links
-    FILE = "file"  # the whole graph read from GraphML or a YAML edge list
-
-
-@dataclass(frozen=True)
-class FabricSpec:
-    """Parameters of the inter-node network; each kind reads the fields it needs."""
-
-    kind: FabricKind = FabricKind.FAT_TREE
-    leaf_ports: int = 32  # fat trees, rails: NIC ports per leaf switch
-    oversubscription: float = 1.0  # fat trees, rails: leaf down : up bandwidth
-    pod_leaves: int = 8  # fat_tree_3: leaves per pod
-    core_oversubscription: float = 1.0  # fat_tree_3: aggregation down : up bandwidth
-    router_nodes: int = 8  # dragonfly: servers per router
-    group_routers: int = 8  # dragonfly: routers per group (all-to-all local links)
-    global_links: int = 8  # dragonfly: global links per router
-    path: str = ""  # file: GraphML (.graphml) or YAML edge list (.yaml/.yml)
 
 
 @dataclass(frozen=True)
@@ -79,7 +58,7 @@ class ClusterSpec:
     nic_efficiency: float = 0.96
     nvls: bool = False  # NVSwitch with NVLink SHARP (in-switch reductions)
     nvls_efficiency: float = 0.836
-    fabric: FabricSpec = field(default_factory=FabricSpec)
+    fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
     description: str = ""
 
 
@@ -118,8 +97,7 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             nics_per_node=2,
             nic_bandwidth=25e9,
             link_latency=1.5e-6,
-            fabric=FabricSpec(kind=FabricKind.DRAGONFLY, router_nodes=8, group_routers=8,
-                              global_links=8),
+            fabric=Dragonfly(router_nodes=8, group_routers=8, global_links=8),
             description="ALCF Polaris: 4x A100-40GB, NVLink mesh, 2x Slingshot-11 "
                         "200 Gb/s, dragonfly",
         ),

@@ -453,7 +453,7 @@ def cmd_presets(_args: argparse.Namespace) -> int:
         print(f"  {c.name:10} {c.gpus_per_node} x {c.gpu}, {c.intra_node.value}{nvls} "
               f"{c.nvlink_bandwidth / 1e9:g} GB/s per GPU (x{c.nvlink_efficiency:g} reached), "
               f"{c.nics_per_node} NICs x {c.nic_bandwidth * 8 / 1e9:g} Gb/s "
-              f"(x{c.nic_efficiency:g}), {c.fabric.kind.value}, link latency "
+              f"(x{c.nic_efficiency:g}), {c.fabric.name}, link latency "
               f"{c.link_latency * 1e6:g} us")
     print("gpus (cluster.gpu):")
     for g in GPUS.values():
@@ -498,7 +498,7 @@ def cmd_collective(args: argparse.Namespace) -> int:
     tuner = Collectives(fabric, algorithm, protocol)
     rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype)
     header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
-              f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.kind.value})",
+              f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.name})",
               f"algorithm {args.algorithm}, protocol {args.protocol}"]
     print(nccl_tests.format_table(rows, header))
     print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "

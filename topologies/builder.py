@@ -20,8 +20,9 @@ from typing import Any
 
 import networkx as nx
 
-from topologies.clusters import CLUSTERS, ClusterSpec, FabricKind, FabricSpec, IntraNode
-from topologies.networks import BUILDERS, Wire, link
+from topologies.clusters import CLUSTERS, ClusterSpec, IntraNode
+from topologies.links import Wire, link
+from topologies.networks import NETWORKS
 
 
 def gpu_name(node: int, local: int) -> str:
@@ -59,24 +60,25 @@ def add_server(graph: nx.DiGraph, node: int, spec: ClusterSpec) -> None:
         link(graph, name, graph.nodes[name]["nic"], pcie, "pcie")
 
 
-_FABRIC_FIELDS = {f.name for f in dataclasses.fields(FabricSpec)} - {"kind"}
-
-
 def with_overrides(spec: ClusterSpec | str, **overrides: Any) -> ClusterSpec:
-    """``spec`` (or the preset of that name) with cluster or fabric fields replaced;
-    ``fabric`` may be a kind name such as ``"rail_optimized"``.
+    """``spec`` (or the preset of that name) with cluster or network fields replaced;
+    ``fabric`` may name another network kind (``topologies.networks.NETWORKS``).
 
-    >>> with_overrides("dgx-a100", nics_per_node=4, fabric="dragonfly").fabric.kind.value
+    >>> with_overrides("dgx-a100", nics_per_node=4, fabric="dragonfly").fabric.name
     'dragonfly'
     """
     base = CLUSTERS[spec] if isinstance(spec, str) else spec
-    fabric_values = {k: overrides.pop(k) for k in list(overrides) if k in _FABRIC_FIELDS}
     fabric = base.fabric
     if "fabric" in overrides:
-        kind = FabricKind(overrides.pop("fabric"))
-        fabric = fabric if kind is fabric.kind else FabricSpec(kind=kind)
-    fabric = dataclasses.replace(fabric, **fabric_values)
-    return dataclasses.replace(base, fabric=fabric, **overrides)
+        kind = NETWORKS[overrides.pop("fabric")]
+        fabric = fabric if isinstance(fabric, kind) else kind()
+    own = {f.name for f in dataclasses.fields(fabric)}
+    network = {k: overrides.pop(k) for k in list(overrides) if k in own}
+    for key in list(overrides):
+        if key not in {f.name for f in dataclasses.fields(ClusterSpec)}:
+            raise TypeError(f"{key!r} is neither a cluster field nor a setting of the "
+                             f"{fabric.name} network ({', '.join(sorted(own)) or 'none'})")
+    return dataclasses.replace(base, fabric=dataclasses.replace(fabric, **network), **overrides)
 
 
 def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.DiGraph:
@@ -86,8 +88,9 @@ def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.D
     oversubscription=2.0, nic_bandwidth=50e9)``."""
     if isinstance(spec, str) or overrides:
         spec = with_overrides(spec, **overrides)
-    if spec.fabric.kind is FabricKind.FILE:
-        raise ValueError("a file fabric is read with topologies.graph_file.load_graph")
+    whole = spec.fabric.whole_graph()
+    if whole is not None:  # a kind that reads the whole cluster from a file
+        return whole
     graph = nx.DiGraph(name=f"{spec.name}x{nodes}", gpus_per_node=spec.gpus_per_node)
     for node in range(nodes):
         add_server(graph, node, spec)
@@ -95,7 +98,8 @@ def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.D
         nics = [(node, k, nic_name(node, k)) for node in range(nodes)
                 for k in range(spec.nics_per_node)]
         wire = Wire(spec.nic_bandwidth, spec.link_latency, spec.nic_efficiency)
-        BUILDERS[spec.fabric.kind](graph, nics, spec.fabric, wire)
+        spec.fabric.build(graph, nics, wire)
+    graph.graph["routing"] = spec.fabric.routing  # the kind answers routes on its graph
     graph.graph["gpus"] = [gpu_name(node, g) for node in range(nodes)
                            for g in range(spec.gpus_per_node)]
     return graph

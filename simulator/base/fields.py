@@ -1,0 +1,128 @@
+"""Checked configuration fields: the parsers every spec declares for its keys.
+
+A spec (a frozen dataclass in ``topologies``, ``workloads`` or the scenario)
+declares each configurable field with ``setting(check, default)``; ``section``
+checks a mapping from a scenario against such a spec (or any schema of
+``{key: (check, default)}``), so each section is validated by the spec it
+configures. Every failure is a ``ScenarioError`` whose one-line message names
+the dotted key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from simulator.base import units
+
+Check = Callable[[str, object], Any]
+REQUIRED = object()  # a default that makes the key required
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; ``str(error)`` is one line naming key, value and what is allowed."""
+
+
+def fail(path: str, value: object, allowed: str) -> ScenarioError:
+    return ScenarioError(f"{path}: {value!r} {allowed}")
+
+
+def integer(minimum: int) -> Check:
+    def parse(path: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise fail(path, value, f"must be an integer >= {minimum}")
+        return value
+    return parse
+
+
+def number(minimum: float, maximum: float = float("inf")) -> Check:
+    def parse(path: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                minimum <= value <= maximum):
+            raise fail(path, value, f"must be a number in [{minimum:g}, {maximum:g}]")
+        return float(value)
+    return parse
+
+
+def boolean(path: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise fail(path, value, "must be true or false")
+    return value
+
+
+def text(path: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise fail(path, value, "must be a non-empty string")
+    return value
+
+
+def choice(options: Iterable[Any]) -> Check:
+    names = list(options)
+
+    def parse(path: str, value: object) -> Any:
+        if isinstance(value, bool) or value not in names:
+            raise fail(path, value, f"is not one of: {', '.join(map(str, names))}")
+        return value
+    return parse
+
+
+def quantity(dimension: units.Dimension, positive: bool) -> Check:
+    def parse(path: str, value: object) -> float:
+        try:
+            parsed = units.parse_quantity(value, dimension)
+        except units.UnitError as error:
+            raise ScenarioError(f"{path}: {error}") from None
+        if parsed < 0 or (positive and parsed == 0):
+            sign = "positive" if positive else "non-negative"
+            raise fail(path, value, f"must be a {sign} {dimension.name.lower()}, "
+                                    f"e.g. {dimension.value}")
+        return parsed
+    return parse
+
+
+BANDWIDTH = quantity(units.Dimension.BANDWIDTH, positive=True)
+LATENCY = quantity(units.Dimension.TIME, positive=False)
+EFFICIENCY = number(0.01, 1.0)
+
+
+def setting(check: Check, default: Any, **options: Any) -> Any:
+    """A dataclass field a scenario may set: ``check`` parses and checks it."""
+    return dataclasses.field(default=default, metadata={"check": check}, **options)
+
+
+def schema_of(spec: type) -> dict[str, tuple[Check, Any]]:
+    """``{key: (check, default)}`` of a spec's settable fields, in field order."""
+    return {f.name: (f.metadata["check"], f.default) for f in dataclasses.fields(spec)
+            if "check" in f.metadata}
+
+
+def unknown(path: str, key: object, allowed: Iterable[str]) -> ScenarioError:
+    names = sorted(allowed)
+    close = difflib.get_close_matches(str(key), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    prefix = f"{path}." if path else ""
+    return ScenarioError(f"{prefix}{key}: unknown key{hint}; allowed: {', '.join(names)}")
+
+
+def section(path: str, raw: object, schema: Mapping[str, tuple[Check, Any]]) -> dict[str, Any]:
+    """Check the mapping ``raw`` found at ``path`` against ``schema``: unknown keys,
+    each value's check, required keys; absent keys take their defaults."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise fail(path or "scenario", raw, "must be a mapping of keys to values")
+    for key in raw:
+        if key not in schema:
+            raise unknown(path, key, schema)
+    values = {}
+    for key, (parse, default) in schema.items():
+        dotted = f"{path}.{key}" if path else key
+        if key in raw and raw[key] is not None:
+            values[key] = parse(dotted, raw[key])
+        elif default is REQUIRED:
+            raise ScenarioError(f"{dotted}: missing; it is required")
+        else:
+            values[key] = default
+    return values

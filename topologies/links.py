@@ -1,0 +1,41 @@
+"""Wiring helpers the network builders share: link figures, full-duplex links, switches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+Nic = tuple[int, int, str]  # (server, index in server, node name)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """Figures every link of the network gets."""
+
+    bandwidth: float
+    latency: float
+    efficiency: float
+
+
+def link(graph: nx.DiGraph, a: str, b: str, wire: Wire, kind: str) -> None:
+    """Add one full-duplex link as two directed edges."""
+    for u, v in ((a, b), (b, a)):
+        graph.add_edge(u, v, bandwidth=wire.bandwidth, latency=wire.latency,
+                       efficiency=wire.efficiency, link=kind)
+
+
+def switch(graph: nx.DiGraph, name: str, level: int) -> str:
+    graph.add_node(name, kind="switch", level=level)
+    return name
+
+
+def spines_over(graph: nx.DiGraph, leaves: Sequence[str], count: int, prefix: str,
+                level: int, wire: Wire) -> list[str]:
+    """``count`` switches at ``level``, each linked to every one of ``leaves``."""
+    spines = [switch(graph, f"{prefix}{i}", level) for i in range(count)]
+    for spine in spines:
+        for leaf in leaves:
+            link(graph, leaf, spine, wire, "network")
+    return spines

@@ -1,0 +1,81 @@
+"""Routes between GPUs, as a fabric kind answers them (nodes, not links).
+
+The default, used by every network kind unless its module names another:
+
+- same server: the shortest path inside the graph (GPU-NVSwitch-GPU, or the
+  direct NVLink of a mesh);
+- different servers: GPU -> its affinity NIC (node attribute ``nic``) -> switches
+  -> the peer's affinity NIC -> peer GPU. Among equal-cost switch paths the
+  choice is destination-mod-k: path ``d mod k`` for the destination NIC's
+  index d, as InfiniBand's fat-tree routing (OpenSM ``ftree``, D-mod-K) does.
+  It is deterministic and spreads permutation traffic such as NCCL's rings
+  over distinct uplinks, where a random hash would collide.
+
+A network kind with other rules subclasses ``Routing`` in its own module (the
+rail-optimized fabric's PXN) and sets it as its spec's ``routing``;
+``build_cluster`` records it on the graph (``graph.graph["routing"]``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import networkx as nx
+
+
+class RoutingError(ValueError):
+    """A graph on which some GPUs cannot reach each other; the message names the element."""
+
+
+class Routing:
+    """Destination-mod-k routing over the switches (the default)."""
+
+    proxies_through_peers: ClassVar[bool] = False  # may traffic cross other GPUs' NVLink?
+
+    def __init__(self, graph: nx.DiGraph) -> None:
+        self.graph = graph
+        switches = [n for n, d in graph.nodes(data=True) if d.get("kind") == "switch"]
+        self._switches = nx.DiGraph(graph.subgraph(switches))
+        self._switch_paths: dict[tuple[str, str], list[list[str]]] = {}
+        self._nic_index = {n: i for i, (n, d) in enumerate(graph.nodes(data=True))
+                           if d.get("kind") == "nic"}
+        self.server_gpus: dict[int, list[str]] = {}
+        for name, data in graph.nodes(data=True):
+            if data.get("kind") == "gpu":
+                self.server_gpus.setdefault(int(data["node"]), []).append(name)
+
+    def path(self, src: str, dst: str) -> list[str]:
+        """The nodes a transfer from GPU ``src`` to GPU ``dst`` crosses, both included."""
+        nodes = self.graph.nodes
+        if nodes[src]["node"] == nodes[dst]["node"]:
+            return nx.shortest_path(self.graph, src, dst)
+        dst_nic = nodes[dst]["nic"]
+        head = self.head(src, dst_nic)
+        src_nic = nodes[head[-1]]["nic"]
+        paths = self._paths_between(self._leaf(src_nic), self._leaf(dst_nic))
+        choice = self._nic_index[dst_nic] % len(paths)
+        return [*head, src_nic, *paths[choice], dst_nic, dst]
+
+    def head(self, src: str, dst_nic: str) -> list[str]:
+        """The GPUs the data crosses on its own server before a NIC: ``src`` alone."""
+        return [src]
+
+    def _leaf(self, nic: str) -> str:
+        leaves = sorted(n for n in self.graph.successors(nic)
+                        if self.graph.nodes[n].get("kind") == "switch")
+        if not leaves:
+            raise RoutingError(f"NIC {nic} is not connected to any switch")
+        return leaves[0]
+
+    def _paths_between(self, a: str, b: str) -> list[list[str]]:
+        key = (a, b)
+        if key not in self._switch_paths:
+            if a == b:
+                paths = [[a]]
+            else:
+                try:
+                    paths = sorted(nx.all_shortest_paths(self._switches, a, b))
+                except nx.NetworkXNoPath:
+                    raise RoutingError(f"no switch path from {a} to {b}") from None
+            self._switch_paths[key] = paths
+        return self._switch_paths[key]
