@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulator.base.ir import PP_STREAM
+
 CATEGORIES = ("compute", "communication", "waiting", "bubble", "idle")
 PATH_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "category", "span")
 
@@ -118,7 +120,7 @@ def _previous(index: _Index, current: int) -> int | None:
 def category(kind: str, stream: str) -> str:
     """Path category of a span: compute, communication, waiting or bubble."""
     if kind == "wait":
-        return "bubble" if stream == "pp" else "waiting"
+        return "bubble" if stream == PP_STREAM else "waiting"
     return "communication" if kind == "comm" else "compute"
 
 

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from simulator.base.ir import PP_STREAM
+
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total length covered by the intervals [starts[i], ends[i]).
@@ -181,7 +183,7 @@ def rank_intervals(kind: Sequence[str], start: np.ndarray, end: np.ndarray, want
     return start[mask], end[mask]
 
 
-PIPELINE_STREAM = "pp"
+PIPELINE_STREAM = PP_STREAM  # its waits are the pipeline bubble
 
 
 def rank_table(spans: pd.DataFrame, iteration_time: float) -> pd.DataFrame:

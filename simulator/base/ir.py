@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+# Streams, declared once: compute, and one communication stream per parallel
+# dimension, named after it (its collectives' groups carry the same name).
 COMPUTE_STREAM = "compute"
+TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
+COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM)  # Gantt lanes, in order
+STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 
 
 class OpKind(Enum):

@@ -342,11 +342,6 @@ def _parallel(p: dict[str, Any], gpus: int, ranks_per_node: int) -> ParallelSpec
 
 
 def _check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
-    per_step = parallel.dp * training.micro_batch
-    if training.global_batch % per_step:
-        raise fail("training.global_batch", training.global_batch,
-                    f"must be divisible by dp x micro_batch = {parallel.dp} x "
-                    f"{training.micro_batch} = {per_step}")
     try:
         check(model, training, parallel)
     except (LayoutError, ScheduleError) as error:

@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-STREAM_ORDER = {"compute": 0, "dp": 1, "tp": 2, "cp": 3, "pp": 4}
+from simulator.base.ir import STREAMS
+
+STREAM_ORDER = {stream: n for n, stream in enumerate(STREAMS)}  # thread order per rank
 GIB = 2.0**30
 
 

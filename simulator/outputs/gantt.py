@@ -31,11 +31,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simulator.analysis.timeline import rank_table
+from simulator.base.ir import COMMUNICATION_STREAMS, PP_STREAM
 from simulator.outputs.style import save, time_unit
 
 MAX_ROWS = 48
 GROUP_ABOVE = 16  # more ranks than this: identical ranks share a row
-STREAMS = ("tp", "cp", "dp", "pp")  # communication sub-lanes, top to bottom
+STREAMS = COMMUNICATION_STREAMS  # communication sub-lanes, top to bottom
 CATEGORIES = {  # label -> colour, in legend order
     "forward": "#56B4E9",
     "backward": "#0072B2",
@@ -60,7 +61,7 @@ BREAKDOWN = {  # rank_table column -> (label, colour)
 def category(kind: str, phase: str, stream: str) -> str:
     """Legend category of a span."""
     if kind == "wait":
-        return "pipeline bubble" if stream == "pp" else "waiting for peers"
+        return "pipeline bubble" if stream == PP_STREAM else "waiting for peers"
     if kind == "comm":
         return f"{stream.upper()} communication" if stream in STREAMS else "DP communication"
     return phase if phase in CATEGORIES else "forward"
@@ -211,7 +212,7 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
                            hatch=HATCH.get(name), edgecolor="white" if name in HATCH else None,
                            linewidth=0)
             used.add(name)
-        bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == "pp")]
+        bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
             ax.broken_barh(list(zip(bubbles["start"] * scale,

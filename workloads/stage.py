@@ -1,0 +1,115 @@
+"""The state a stage's program is built in: what every strategy appends ops to.
+
+``Context`` holds what a stage's builder needs, computed once per program;
+``Stage`` appends one pipeline stage's ops in program order and tracks what the
+next op must wait for (the last compute op, blocking communication, gradients
+ready for reduction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from simulator.base.ir import COMPUTE_STREAM, PP_STREAM, Collective, Op, OpKind, Phase
+from workloads import kernels as K
+from workloads.memory import Recompute
+from workloads.models import ModelSpec
+from workloads.training import ParallelSpec, TrainingSpec
+
+
+class LayoutError(ValueError):
+    """A parallel layout that cannot run; the message names the keys."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a stage's builder needs, computed once."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelSpec
+    shard: K.Shard
+    vocab: int
+    chunks: list[range]  # virtual stage -> layers
+    micro_batches: int
+    dp_group: str  # the data-parallel group dimension for gradients
+    shards: int  # ZeRO/FSDP shard count
+    layer_sequence: list  # one layer's forward kernels with Megatron's f/g markers (bools)
+
+    @property
+    def last_virtual(self) -> int:
+        return len(self.chunks) - 1
+
+    @cached_property
+    def layer_params(self) -> int:
+        """Parameters of one layer on one rank."""
+        return sum(k.params for k in K.layer_kernels(self.model, self.shard))
+
+    @property
+    def act_bytes(self) -> float:
+        """Bytes one micro-batch's activation tensor has when crossing a stage."""
+        sh = self.shard
+        return sh.tokens * self.model.hidden * sh.dtype_bytes / sh.norm_split
+
+
+@dataclass
+class Stage:
+    """Appends one stage's ops, tracking what the next op must wait for."""
+
+    ctx: Context
+    stage: int
+    ops: list[Op] = field(default_factory=list)
+    last_compute: int | None = None
+    ready: list[int] = field(default_factory=list)  # non-compute ops the next compute waits for
+    grads: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # chunk -> grads
+    last_backward: dict[int, int] = field(default_factory=dict)  # chunk -> op index
+    reduces: list[int] = field(default_factory=list)
+
+    def _add(self, op: Op) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
+                nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:
+        deps = tuple(self.ready) + tuple(extra)
+        i = self._add(Op(OpKind.COMPUTE, kernel.name, COMPUTE_STREAM, phase, deps, kernel.cls,
+                         flops, nbytes, kernel.shape, microbatch=mb, layer=layer, mem=mem))
+        self.last_compute, self.ready = i, []
+        return i
+
+    def _after_compute(self) -> tuple[int, ...]:
+        return tuple(self.ready) + ((self.last_compute,) if self.last_compute is not None else ())
+
+    def collective(self, kind: Collective, nbytes: float, stream: str, group: str, phase: Phase,
+                   mb: int, layer: int, deps: tuple[int, ...] | None = None,
+                   blocking: bool = True, mem: tuple = (), name: str = "") -> int:
+        i = self._add(Op(OpKind.COLLECTIVE, name or kind.value, stream, phase,
+                         self._after_compute() if deps is None else deps, bytes=nbytes,
+                         collective=kind, group=group, microbatch=mb, layer=layer, mem=mem))
+        if blocking:
+            self.ready.append(i)
+        return i
+
+    def p2p(self, kind: OpKind, dim: str, phase: Phase, mb: int, layer: int) -> int:
+        i = self._add(Op(kind, "send" if kind is OpKind.SEND else "recv", PP_STREAM, phase,
+                         self._after_compute(), bytes=self.ctx.act_bytes, group=dim,
+                         microbatch=mb, layer=layer))
+        if kind is OpKind.RECV:
+            self.ready.append(i)
+        return i
+
+
+UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
+
+
+def kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tuple[float, float]:
+    """(FLOPs, bytes) a kernel executes. Selective recompute re-runs the unfused
+    attention core's forward inside its backward (Korthikanti et al. 2022)."""
+    if not backward:
+        return kernel.flops, kernel.bytes
+    flops, nbytes = K.backward_flops(kernel), 2.0 * kernel.bytes
+    if kernel.name in UNFUSED_ATTENTION and training.recompute is Recompute.SELECTIVE:
+        flops, nbytes = flops + kernel.flops, nbytes + kernel.bytes
+    return flops, nbytes
