@@ -1,0 +1,51 @@
+"""``clustersim calibrate``: fit the compute model to a measured kernel table."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.config.scenario import ScenarioError
+
+
+def add_parser(sub) -> None:
+    calibrate = sub.add_parser("calibrate", help="fit the compute model to measured kernels",
+                               description="Fit the GPU's five compute-model efficiencies to a "
+                                           "table of measured kernel times (README: Calibration)"
+                                           " and write a calibration file for "
+                                           "cluster.calibration.")
+    calibrate.add_argument("kernels", help="kernel table CSV (scripts/measure_kernels.py)")
+    calibrate.add_argument("--gpu", required=True, help="GPU preset the table was measured on")
+    calibrate.add_argument("--out", required=True, help="calibration file to write (YAML)")
+    calibrate.add_argument("--precision", default="bf16", help="precision of the GEMMs")
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.compute import calibration
+    from topologies import GPUS
+    from topologies.gpus import CALIBRATION_FIELDS
+
+    if args.gpu not in GPUS:
+        raise ScenarioError(f"--gpu: {args.gpu!r} is not one of {', '.join(GPUS)}")
+    gpu = GPUS[args.gpu]
+    if args.precision not in gpu.peak_flops:
+        raise ScenarioError(f"--precision: {args.precision!r} is not one of "
+                            f"{', '.join(gpu.peak_flops)} for {gpu.name}")
+    try:
+        table = calibration.read_kernels(args.kernels)
+        values = calibration.fit(table, gpu, args.precision)
+    except calibration.CalibrationError as error:
+        raise ScenarioError(str(error)) from None
+    calibration.write_calibration(args.out, gpu, values, table, str(args.kernels),
+                                  args.precision)
+    print(f"calibration of {gpu.name} from {len(table)} kernels "
+          f"({', '.join(f'{n} {k}' for k, n in table['kind'].value_counts().items())})")
+    print(f"{'':22} {'preset':>12} {'fitted':>12}")
+    for key in CALIBRATION_FIELDS:
+        print(f"{key:22} {getattr(gpu, key):12.6g} {values[key]:12.6g}")
+    errors = 100 * (calibration.modelled(table, gpu, values, args.precision)
+                    / table["seconds"] - 1)
+    for kind, part in errors.groupby(table["kind"]):
+        print(f"{kind:10} modelled vs measured: mean |error| {part.abs().mean():.1f} %, "
+              f"worst {part.abs().max():.1f} %")
+    print(f"written          {args.out}  (use it with cluster.calibration: {args.out})")
+    return 0

@@ -1,0 +1,70 @@
+"""``clustersim collective``: an nccl-tests-style sweep of one collective on an idle fabric."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.config.scenario import ScenarioError
+
+
+def add_parser(sub) -> None:
+    from simulator.base.ir import Collective
+    from simulator.collectives.nccl_tests import DTYPES
+
+    tool = sub.add_parser("collective", help="nccl-tests-style sweep of one collective",
+                          description="Time one collective over a range of sizes on an idle "
+                                      "fabric and print nccl-tests' table.")
+    tool.add_argument("--cluster", required=True, help="cluster preset (clustersim presets)")
+    tool.add_argument("--nodes", type=int, default=1, help="servers (default 1)")
+    tool.add_argument("--op", default="all_reduce", choices=[c.value for c in Collective])
+    tool.add_argument("--min-bytes", "-b", default="32M", help="smallest size, e.g. 8, 1M")
+    tool.add_argument("--max-bytes", "-e", default="8G", help="largest size, e.g. 8G")
+    tool.add_argument("--factor", "-f", type=float, default=2.0, help="size multiplier")
+    tool.add_argument("--group", help="ranks, e.g. 0-7,64 (default: every GPU; send_recv "
+                                      "sends from the first rank to the second)")
+    tool.add_argument("--algorithm", default="auto", help="auto | ring | tree | nvls")
+    tool.add_argument("--protocol", default="auto", help="auto | ll | ll128 | simple")
+    tool.add_argument("--dtype", default="float", choices=list(DTYPES))
+    tool.add_argument("--csv", help="also write the table to this CSV file")
+    tool.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a cluster key, e.g. nic_bandwidth=400Gb/s (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from simulator.base.ir import Collective
+    from simulator.collectives import nccl_tests
+    from simulator.collectives.tuner import Collectives
+    from simulator.config.scenario import apply_overrides, machine_from, network_from
+    from simulator.network.fabric import Fabric
+
+    sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
+    raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)
+    machine = machine_from(raw["cluster"])
+    algorithm, protocol, _ = network_from({"algorithm": args.algorithm,
+                                           "protocol": args.protocol}, machine)
+    try:
+        byte_sizes = nccl_tests.sizes(nccl_tests.parse_size(args.min_bytes),
+                                      nccl_tests.parse_size(args.max_bytes), args.factor)
+        ranks = (nccl_tests.parse_ranks(args.group, machine.gpus) if args.group
+                 else list(range(machine.gpus)))
+    except ValueError as error:
+        raise ScenarioError(f"collective: {error}") from None
+    kind = Collective(args.op)
+    graph = machine.build_graph()
+    fabric = Fabric(graph)
+    gpus = [graph.graph["gpus"][r] for r in (ranks[:2] if kind is Collective.SEND_RECV
+                                               else ranks)]
+    tuner = Collectives(fabric, algorithm, protocol)
+    rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype)
+    header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
+              f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.name})",
+              f"algorithm {args.algorithm}, protocol {args.protocol}"]
+    print(nccl_tests.format_table(rows, header))
+    print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
+          f"{sum(r.events for r in rows):,} events")
+    if args.csv:
+        pd.DataFrame([r.__dict__ for r in rows]).to_csv(args.csv, index=False,
+                                                         float_format="%.9g")
+    return 0

@@ -1,0 +1,44 @@
+"""``clustersim compare``: two finished runs side by side, and their Gantt charts."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.cli import options
+from simulator.outputs import run_dir
+
+
+def add_parser(sub) -> None:
+    compare = sub.add_parser("compare", help="two finished runs side by side",
+                             description="Print two runs' summaries side by side and draw "
+                                         "their Gantt charts on one time axis.")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--out", help="figure file (default: RUN_B/compare.png)")
+    compare.add_argument("--ranks", help="ranks to draw in both, e.g. 0-7,64")
+
+
+COMPARED = ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "compute_s",
+            "exposed_comm_s", "overlapped_comm_s", "comm_wait_s", "bubble_s", "idle_s",
+            "peak_memory_gib", "gpus")
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.outputs.gantt import compare_figure
+    from simulator.outputs.style import save
+
+    a, b = run_dir.read(args.run_a), run_dir.read(args.run_b)
+    names = (a.name, b.name) if a.name != b.name else (f"A: {a.path.name}", f"B: {b.path.name}")
+    print(f"{'':24} {names[0][:20]:>20} {names[1][:20]:>20} {'B / A':>8}")
+    for key in COMPARED:
+        va, vb = a.summary.get(key), b.summary.get(key)
+        if not isinstance(va, (int, float)) or not isinstance(vb, (int, float)):
+            continue
+        ratio = f"{vb / va:8.3f}" if va else f"{'-':>8}"
+        print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
+    total = int(max(a.spans["rank"].max(), b.spans["rank"].max())) + 1
+    out = options.figure(args.out or b.path / "compare.png", "--out")
+    save(compare_figure(a.spans, b.spans, names, options.ranks_option(args.ranks, total)),
+         out)
+    print(f"figure           {out}")
+    return 0

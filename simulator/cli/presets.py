@@ -1,0 +1,36 @@
+"""``clustersim presets``: the cluster, GPU and model presets."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    sub.add_parser("presets", help="list cluster, GPU and model presets")
+
+
+def run(_args: argparse.Namespace) -> int:
+    from topologies import CLUSTERS, GPUS
+    from workloads.kernels import parameter_count
+    from workloads.models import MODELS
+
+    print("clusters (cluster.preset):")
+    for c in CLUSTERS.values():
+        nvls = ", NVLS" if c.nvls else ""
+        print(f"  {c.name:10} {c.gpus_per_node} x {c.gpu}, {c.intra_node.value}{nvls} "
+              f"{c.nvlink_bandwidth / 1e9:g} GB/s per GPU (x{c.nvlink_efficiency:g} reached), "
+              f"{c.nics_per_node} NICs x {c.nic_bandwidth * 8 / 1e9:g} Gb/s "
+              f"(x{c.nic_efficiency:g}), {c.fabric.name}, link latency "
+              f"{c.link_latency * 1e6:g} us")
+    print("gpus (cluster.gpu):")
+    for g in GPUS.values():
+        peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items())
+        print(f"  {g.name:15} {g.memory_bytes / 2**30:.0f} GiB, HBM "
+              f"{g.hbm_bandwidth / 1e12:g} TB/s, dense TFLOP/s: {peaks}")
+    print("models (model.preset):")
+    for m in MODELS.values():
+        params = parameter_count(m, 2048) / 1e9
+        print(f"  {m.name:10} {params:7.2f}B params, {m.layers} layers, hidden {m.hidden}, "
+              f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}, vocab {m.vocab}, "
+              f"{m.mlp.value}")
+    return 0

@@ -1,0 +1,69 @@
+"""``clustersim run``: simulate one iteration of a scenario and write its run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from simulator.base.units import format_bytes, format_time
+from simulator.config.scenario import load
+from simulator.outputs import run_dir
+from simulator.outputs.style import FORMATS
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser("run", help="simulate one training iteration of a scenario")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
+    run.add_argument("--format", choices=FORMATS, default="png", help="Gantt figure format")
+    run.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    run.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                     help="override a scenario key (repeatable)")
+
+
+def _human(summary: dict, out: Path) -> str:
+    mem = summary["memory_gib"]
+    lines = [
+        f"iteration time   {format_time(summary['iteration_time_s'])}",
+        f"throughput       {summary['tokens_per_s']:,.0f} tokens/s, "
+        f"{summary['model_tflops_per_gpu']:.1f} model TFLOP/s per GPU, "
+        f"MFU {summary['mfu']:.1%} on {summary['gpus']} GPUs",
+        f"last rank {summary['critical_rank']:<6} compute {format_time(summary['compute_s'])}, "
+        f"exposed comm {format_time(summary['exposed_comm_s'])}, "
+        f"overlapped comm {format_time(summary['overlapped_comm_s'])}, "
+        f"waiting {format_time(summary['comm_wait_s'])}, "
+        f"bubble {format_time(summary['bubble_s'])}",
+        _critical_line(summary["critical_path"]),
+        f"peak memory      {summary['peak_memory_gib']:.2f} GiB of "
+        f"{summary['gpu_memory_gib']:.0f} GiB"
+        + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
+           if summary["oom"] else "")
+        + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
+        f"simulated        {summary['events']:,} events in {summary['wall_s']:.2f} s wall",
+        f"outputs          {out}/",
+    ]
+    return "\n".join(lines)
+
+
+def _critical_line(path: dict) -> str:
+    parts = [f"{name} {format_time(path[f'{name}_s'])}"
+             for name in ("compute", "communication", "waiting", "bubble", "idle")
+             if path[f"{name}_s"] > 0]
+    where = f"{path['ranks']} rank(s)" + (f", {path['stages']} stage(s)" if "stages" in path
+                                          else "")
+    return f"critical path    {', '.join(parts)} over {path['spans']:,} spans on {where}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.experiments.runner import run as simulate
+
+    scenario = load(args.scenario, args.set)
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    result = simulate(scenario)
+    run_dir.write(result, out, args.format)
+    if args.json:
+        print(json.dumps(result.summary, indent=2))
+    else:
+        print(_human(result.summary, out))
+    return 0
