@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from simulator.base.ir import Collective
 from simulator.collectives import nccl
-from simulator.collectives.algorithms import btree_parents, double_binary_tree, ring_orders
 from simulator.collectives.nccl import Algorithm, Protocol
+from simulator.collectives.ring import ring_orders
+from simulator.collectives.tree import btree_parents, double_binary_tree
 from simulator.collectives.tuner import (
     CollectiveError,
     Collectives,

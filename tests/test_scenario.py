@@ -10,7 +10,7 @@ def test_quickstart_loads():
     s = load(QUICKSTART)
     assert s.gpus == 16 and s.parallel.dp == 16
     assert s.cluster.nic_bandwidth == 25e9
-    assert s.parallel.bucket_bytes == 25e6
+    assert s.parallel.bucket_size == 25e6
     assert s.model.layers == 24
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
+from simulator.base.fields import BANDWIDTH, EFFICIENCY, LATENCY, boolean, choice, integer, setting
+from topologies.gpus import GPUS
 from topologies.networks import NetworkSpec
 from topologies.networks.dragonfly import Dragonfly
 from topologies.networks.fat_tree import FatTree
@@ -41,23 +43,24 @@ class IntraNode(Enum):
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A named system; every field can be overridden from a scenario."""
+    """A named system; the fields declared with ``setting`` can be overridden from a
+    scenario's ``cluster`` section, checked as declared here."""
 
     name: str
-    gpu: str
-    gpus_per_node: int
+    gpu: str = setting(choice(GPUS))
+    gpus_per_node: int = setting(integer(1))
     intra_node: IntraNode
-    nvlink_bandwidth: float  # bytes/s per GPU per direction
-    nics_per_node: int
-    nic_bandwidth: float  # bytes/s per NIC per direction
-    link_latency: float = 1e-6  # seconds per inter-node fabric link
-    nvlink_latency: float = 0.5e-6  # seconds per NVLink hop
-    pcie_bandwidth: float = 32e9  # GPU <-> NIC, bytes/s per direction (PCIe Gen4 x16)
+    nvlink_bandwidth: float = setting(BANDWIDTH)  # bytes/s per GPU per direction
+    nics_per_node: int = setting(integer(1))
+    nic_bandwidth: float = setting(BANDWIDTH)  # bytes/s per NIC per direction
+    link_latency: float = setting(LATENCY, 1e-6)  # seconds per inter-node fabric link
+    nvlink_latency: float = setting(LATENCY, 0.5e-6)  # seconds per NVLink hop
+    pcie_bandwidth: float = setting(BANDWIDTH, 32e9)  # GPU <-> NIC, bytes/s per direction
     pcie_latency: float = 0.5e-6
-    nvlink_efficiency: float = 0.783
-    nic_efficiency: float = 0.96
-    nvls: bool = False  # NVSwitch with NVLink SHARP (in-switch reductions)
-    nvls_efficiency: float = 0.836
+    nvlink_efficiency: float = setting(EFFICIENCY, 0.783)
+    nic_efficiency: float = setting(EFFICIENCY, 0.96)
+    nvls: bool = setting(boolean, False)  # NVSwitch with NVLink SHARP (in-switch reductions)
+    nvls_efficiency: float = setting(EFFICIENCY, 0.836)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
     description: str = ""
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 
+from simulator.base.fields import boolean, integer, member, setting
+
 
 class Mlp(Enum):
     GELU = "gelu"  # two matrices h->f->h, with biases (GPT)
@@ -26,17 +28,18 @@ class Mlp(Enum):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer."""
+    """A decoder-only transformer; the ``setting`` fields can be given in a
+    scenario's ``model`` section (over a preset, or all of them inline)."""
 
     name: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn_hidden: int
-    vocab: int
-    mlp: Mlp = Mlp.GELU
-    tied_embeddings: bool = True
+    layers: int = setting(integer(1))
+    hidden: int = setting(integer(1))
+    heads: int = setting(integer(1))
+    kv_heads: int = setting(integer(1))
+    ffn_hidden: int = setting(integer(1))
+    vocab: int = setting(integer(1))
+    mlp: Mlp = setting(member(Mlp), Mlp.GELU)
+    tied_embeddings: bool = setting(boolean, True)
     learned_positions: bool = True  # GPT: learned position table; Llama: rotary
 
     @property

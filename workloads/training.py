@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from simulator.base import units
+from simulator.base.fields import (
+    ScenarioError,
+    boolean,
+    choice,
+    fail,
+    integer,
+    member,
+    nested,
+    quantity,
+    setting,
+)
+from workloads.layout import parse_order
 from workloads.memory import Recompute
 from workloads.schedules import Schedule
 
@@ -13,12 +26,14 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    seq_len: int
-    global_batch: int
-    micro_batch: int
-    precision: str = "bf16"
-    recompute: Recompute = Recompute.NONE
-    flash_attention: bool = True  # fused attention: no score matrix is stored
+    """The ``training`` section: batch shape, precision, recompute, attention kernel."""
+
+    seq_len: int = setting(integer(1), required=True)
+    global_batch: int = setting(integer(1), required=True)
+    micro_batch: int = setting(integer(1), 1)
+    precision: str = setting(choice(DTYPE_BYTES), "bf16")
+    recompute: Recompute = setting(member(Recompute), Recompute.NONE)
+    flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
 
     @property
     def dtype_bytes(self) -> int:
@@ -35,32 +50,53 @@ class Sharding(Enum):
 
 @dataclass(frozen=True)
 class FsdpSpec:
-    sharding: Sharding = Sharding.FULL_SHARD
-    prefetch: bool = True  # gather the next layer's parameters while this one computes
-    reshard_after_forward: bool = True  # free gathered parameters after each forward
+    """The ``parallelism.fsdp`` section (PyTorch FSDP's options)."""
+
+    sharding: Sharding = setting(member(Sharding), Sharding.FULL_SHARD)
+    # gather the next layer's parameters while this one computes
+    prefetch: bool = setting(boolean, True)
+    # free gathered parameters after each forward
+    reshard_after_forward: bool = setting(boolean, True)
 
     @property
     def zero(self) -> int:
         return 2 if self.sharding is Sharding.SHARD_GRAD_OP else 3
 
 
+def stage_list(path: str, value: object) -> tuple[int, ...]:
+    """Layers per pipeline stage: a list of positive integers."""
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise fail(path, value, "must be a list of positive integers, one per pipeline stage")
+    return tuple(value)
+
+
+def rank_order(path: str, value: object) -> str:
+    """Megatron's rank order, e.g. ``tp-cp-dp-pp`` (``workloads.layout``)."""
+    try:
+        return "-".join(parse_order(str(value)))
+    except ValueError as error:
+        raise ScenarioError(f"{path}: {error}") from None
+
+
 @dataclass(frozen=True)
 class ParallelSpec:
-    """Degrees and strategies, with Megatron's names."""
+    """Degrees and strategies, with Megatron's names: the ``parallelism`` section
+    (``dp`` defaults to what the GPUs leave: set by the scenario loader)."""
 
-    dp: int = 1
-    tp: int = 1
-    cp: int = 1
-    pp: int = 1
-    sequence_parallel: bool = False
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    virtual_stages: int = 1
-    stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage
-    zero: int = 0
-    fsdp: FsdpSpec | None = None
-    order: str = "tp-cp-dp-pp"
-    bucket_bytes: float = 25e6
-    overlap_grad_reduce: bool = True
+    dp: int = setting(integer(1), 1)
+    tp: int = setting(integer(1), 1)
+    cp: int = setting(integer(1), 1)
+    pp: int = setting(integer(1), 1)
+    sequence_parallel: bool = setting(boolean, False)
+    schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
+    virtual_stages: int = setting(integer(1), 1)
+    stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage
+    zero: int = setting(choice([0, 1, 2, 3]), 0)
+    fsdp: FsdpSpec | None = setting(nested(FsdpSpec), None)
+    order: str = setting(rank_order, "tp-cp-dp-pp")
+    bucket_size: float = setting(quantity(units.Dimension.SIZE, positive=True), 25e6)  # bytes
+    overlap_grad_reduce: bool = setting(boolean, True)
     ranks_per_node: int = 8  # for FSDP hybrid_shard: the shard group stays in a server
 
     @property

@@ -68,6 +68,12 @@ def choice(options: Iterable[Any]) -> Check:
     return parse
 
 
+def member(enum: type) -> Check:
+    """One of an Enum's values, returned as the member."""
+    pick = choice(m.value for m in enum)
+    return lambda path, value: enum(pick(path, value))
+
+
 def quantity(dimension: units.Dimension, positive: bool) -> Check:
     def parse(path: str, value: object) -> float:
         try:
@@ -87,15 +93,30 @@ LATENCY = quantity(units.Dimension.TIME, positive=False)
 EFFICIENCY = number(0.01, 1.0)
 
 
-def setting(check: Check, default: Any, **options: Any) -> Any:
-    """A dataclass field a scenario may set: ``check`` parses and checks it."""
-    return dataclasses.field(default=default, metadata={"check": check}, **options)
+def setting(check: Check, default: Any = dataclasses.MISSING, *, required: bool = False,
+            **options: Any) -> Any:
+    """A dataclass field a scenario may set: ``check`` parses and checks it; a
+    ``required`` one must be given (a field with no default is otherwise taken
+    from a preset)."""
+    return dataclasses.field(default=default, metadata={"check": check, "required": required},
+                             **options)
 
 
 def schema_of(spec: type) -> dict[str, tuple[Check, Any]]:
-    """``{key: (check, default)}`` of a spec's settable fields, in field order."""
-    return {f.name: (f.metadata["check"], f.default) for f in dataclasses.fields(spec)
-            if "check" in f.metadata}
+    """``{key: (check, default)}`` of a spec's settable fields, in field order: the
+    field's default, REQUIRED, or None where the field has no default."""
+    schema = {}
+    for f in dataclasses.fields(spec):
+        if "check" in f.metadata:
+            default = REQUIRED if f.metadata["required"] else (
+                None if f.default is dataclasses.MISSING else f.default)
+            schema[f.name] = (f.metadata["check"], default)
+    return schema
+
+
+def nested(spec: type) -> Check:
+    """A sub-section configuring ``spec``, checked by it: returns the spec."""
+    return lambda path, value: spec(**section(path, value, schema_of(spec)))
 
 
 def unknown(path: str, key: object, allowed: Iterable[str]) -> ScenarioError:

@@ -37,7 +37,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from simulator.config.scenario import ScenarioError, from_dict, read_raw, set_key
+from simulator.config.overrides import set_key
+from simulator.config.scenario import ScenarioError, from_dict, read_raw
 
 RESULTS = "results.jsonl"
 DESIGN = "sweep.yaml"

@@ -41,7 +41,7 @@ def bucket_reduces(b: Stage, chunk: int) -> None:
         return
     grads.sort()
     kind = Collective.ALL_REDUCE if ctx.parallel.zero_stage == 0 else Collective.REDUCE_SCATTER
-    for n, bucket in enumerate(make_buckets(grads, ctx.parallel.bucket_bytes)):
+    for n, bucket in enumerate(make_buckets(grads, ctx.parallel.bucket_size)):
         ready = bucket.ready_after if ctx.parallel.overlap_grad_reduce else b.last_compute
         b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, ctx.dp_group,
                                       Phase.BACKWARD, -1, -1, deps=(ready,), blocking=False,
@@ -53,7 +53,7 @@ def gather_updated_parameters(b: Stage, params: int) -> None:
     """ZeRO 1/2: all-gather the updated parameter shards, bucket by bucket."""
     ctx = b.ctx
     if ctx.parallel.zero_stage in (1, 2) and ctx.shards > 1:
-        for n, size in enumerate(split_bytes(PARAM_BYTES * params, ctx.parallel.bucket_bytes)):
+        for n, size in enumerate(split_bytes(PARAM_BYTES * params, ctx.parallel.bucket_size)):
             b.collective(Collective.ALL_GATHER, size, DP_STREAM, ctx.dp_group, Phase.OPTIMIZER,
                          -1, -1, deps=(b.last_compute,), blocking=False,
                          name=f"param_all_gather[{n}]")

@@ -1,0 +1,73 @@
+"""What every collective algorithm returns, and the pieces they share.
+
+A ``Plan`` is the flows (route, payload bytes for a 1-byte call) an algorithm
+puts on the fabric and the pipeline steps it pays latency for; a protocol then
+turns it into wire bytes and a latency (``simulator.collectives.tuner``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.collectives import nccl
+from simulator.collectives.nccl import Algorithm
+from simulator.network.fabric import Fabric, Transport
+
+
+class AlgorithmUnavailable(ValueError):
+    """The algorithm cannot run this collective on this group."""
+
+
+@dataclass
+class Plan:
+    """Flows of one algorithm for one call, before a protocol is chosen."""
+
+    algorithm: Algorithm
+    routes: list[tuple[int, ...]]
+    payload: list[float]
+    steps: list[tuple[Transport, int, float]]  # (transport, count, wire latency per step)
+    channels: int
+    multi_node: bool
+    pipelined_steps: int = 1  # steps a lock-step ring would run
+    wire_scale: float = 1.0  # extra bytes factor (NVLS switch efficiency)
+    rates: np.ndarray | None = field(default=None, repr=False)
+    ranks: int = 0
+    pipeline_channels: int = 0  # NCCL channels whose ring pipeline fills (0: not modelled)
+
+
+def channels_for(fabric: Fabric, gpus: Sequence[str]) -> int:
+    """NCCL-style channel count: the NICs each server brings (1 inside a server)."""
+    nics: dict[int, set[str]] = {}
+    for gpu in gpus:
+        nics.setdefault(fabric.node_of(gpu), set()).add(fabric.graph.nodes[gpu].get("nic"))
+    if len(nics) == 1:
+        return 1
+    return min(len(v) for v in nics.values())
+
+
+def nvlink_channels(fabric: Fabric, gpu: str) -> int:
+    """NCCL's channels on ``gpu``: one per NVLink (its NVLink bandwidth over one
+    link's), at least one."""
+    graph = fabric.graph
+    total = sum(float(d.get("bandwidth", 0.0)) for _, _, d in graph.out_edges(gpu, data=True)
+                if d.get("link") == "nvlink")
+    return max(1, round(total / nccl.NVLINK_LINK_BANDWIDTH))
+
+
+def hop_classes(fabric: Fabric, hops: Sequence[tuple[str, str]]):
+    """Routes of ``hops``, the worst intra-server hop (transport, wire latency) and
+    the worst inter-server wire latency (None when no hop leaves a server)."""
+    routes: list[tuple[int, ...]] = []
+    intra: tuple[Transport, float] = (Transport.NVLINK, 0.0)
+    inter: float | None = None
+    for a, b in hops:
+        route = fabric.route(a, b)
+        routes.append(route.links)
+        if route.transport is Transport.NET:
+            inter = max(inter or 0.0, route.latency)
+        elif route.latency >= intra[1]:
+            intra = (route.transport, route.latency)
+    return routes, intra, inter

@@ -1,0 +1,155 @@
+"""The ``cluster`` section: a preset, its overrides and its network, checked by
+the specs they configure (``ClusterSpec``'s settings, the network kind's own
+settings), plus a calibration file; the result is a ``Machine``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import yaml
+
+from simulator.base.fields import (
+    REQUIRED,
+    ScenarioError,
+    choice,
+    fail,
+    integer,
+    number,
+    schema_of,
+    section,
+    text,
+)
+from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
+from topologies.gpus import GpuFileError, calibrated, check_calibration
+from topologies.graph_file import GraphFileError
+from topologies.networks import NETWORKS, NetworkSpec
+from topologies.networks.base import LEAF_PORTS, OVERSUBSCRIPTION
+
+SHARED_NETWORK_KEYS = ("oversubscription", "leaf_ports")  # may also be given on cluster
+
+
+def _fabric_section(path: str, raw: object) -> dict[str, Any]:
+    """A ``cluster.fabric`` section: ``type`` (a kind of ``topologies.networks``) and
+    that kind's own settings, checked by the kind's spec."""
+    if not isinstance(raw, dict):
+        raise fail(path, raw, "must be a mapping of keys to values")
+    rest = {k: v for k, v in raw.items() if k != "type"}
+    values = {"type": choice(NETWORKS)(f"{path}.type", raw["type"])} if "type" in raw else {}
+    if "type" not in raw:  # the kind is the preset's: check against every kind's keys
+        schema = {k: v for kind in NETWORKS.values() for k, v in schema_of(kind).items()}
+    else:
+        schema = schema_of(NETWORKS[values["type"]])
+    schema = {k: (check, None) for k, (check, _) in schema.items()}
+    given = section(path, rest, schema)
+    return {**values, **{k: v for k, v in given.items() if v is not None}}
+
+
+SCHEMA = {
+    "preset": (choice(CLUSTERS), REQUIRED),
+    "nodes": (integer(1), 1),
+    **{key: (check, None) for key, (check, _) in schema_of(ClusterSpec).items()},
+    "oversubscription": (OVERSUBSCRIPTION[0], None),
+    "leaf_ports": (LEAF_PORTS[0], None),
+    "fabric": (_fabric_section, None),
+    "compute_jitter": (number(0.0, 1.0), 0.0),
+    "calibration": (text, None),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """A checked cluster: its spec, GPU, size, and the fabric graph if read from a file."""
+
+    cluster: ClusterSpec
+    gpu: GpuSpec
+    nodes: int
+    gpus: int
+    compute_jitter: float
+    graph: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def build_graph(self) -> nx.DiGraph:
+        if self.graph is not None:
+            return self.graph
+        from topologies import build_cluster
+
+        return build_cluster(self.cluster, self.nodes)
+
+
+def _fabric(preset: NetworkSpec, values: dict[str, Any]) -> NetworkSpec:
+    """The preset's network with the scenario's kind and settings applied."""
+    given = dict(values.get("fabric") or {})
+    kind = NETWORKS[given.pop("type", preset.name)]
+    for key in SHARED_NETWORK_KEYS:
+        if values.get(key) is not None:
+            if key in given:
+                raise ScenarioError(f"cluster.{key}: give it once, here or as "
+                                    f"cluster.fabric.{key}")
+            given[key] = values[key]
+    own = {f.name for f in dataclasses.fields(kind)}
+    for key in given:
+        if key not in own:
+            where = f"cluster.{key}" if key in SHARED_NETWORK_KEYS else f"cluster.fabric.{key}"
+            raise fail(where, given[key], f"is not a setting of a {kind.name} fabric "
+                                           f"(its settings: {', '.join(sorted(own)) or 'none'})")
+    base = preset if isinstance(preset, kind) else kind()
+    spec = dataclasses.replace(base, **given)
+    if kind.name == "file" and not spec.path:
+        raise ScenarioError("cluster.fabric.path: missing; a file fabric needs the GraphML "
+                            "or YAML file")
+    return spec
+
+
+def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
+    overrides = {k: v for k, v in values.items() if k in schema_of(ClusterSpec) and v is not None}
+    preset = CLUSTERS[values["preset"]]
+    spec = dataclasses.replace(preset, fabric=_fabric(preset.fabric, values), **overrides)
+    return spec, GPUS[spec.gpu]
+
+
+def _calibration(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec:
+    """The GPU with the efficiencies of a calibration file (``clustersim calibrate``)."""
+    path = Path(path_text)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise fail("cluster.calibration", path_text, f"must be a readable calibration file "
+                                                      f"({error})") from None
+    if not isinstance(raw, dict):
+        raise fail("cluster.calibration", path_text, "must hold a mapping of efficiencies")
+    if raw.get("gpu") != gpu.name:
+        raise fail("cluster.calibration", path_text, f"was fitted for gpu {raw.get('gpu')!r}, "
+                                                      f"but the cluster's GPU is {gpu.name!r}")
+    try:
+        return calibrated(gpu, check_calibration(raw, "cluster.calibration"))
+    except GpuFileError as error:
+        raise ScenarioError(str(error)) from None
+
+
+def _whole_graph(spec: ClusterSpec, base_dir: Path | None) -> nx.DiGraph | None:
+    """The cluster's graph when its network kind reads it whole from a file."""
+    try:
+        return spec.fabric.whole_graph(base_dir)
+    except GraphFileError as error:
+        raise ScenarioError(f"cluster.fabric.path: {error}") from None
+
+
+def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
+    """Check a ``cluster:`` section (see ``SCHEMA``) and build its Machine."""
+    values = section("cluster", raw, SCHEMA)
+    cluster, gpu = _cluster(values)
+    if values["calibration"] is not None:
+        gpu = _calibration(values["calibration"], gpu, base_dir)
+    nodes = values["nodes"]
+    gpus = nodes * cluster.gpus_per_node
+    graph = _whole_graph(cluster, base_dir)
+    if graph is not None:
+        if (raw or {}).get("nodes") not in (None, graph.graph["servers"]):
+            raise fail("cluster.nodes", nodes, f"disagrees with the fabric file's "
+                                                f"{graph.graph['servers']} servers")
+        nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
+    return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph)

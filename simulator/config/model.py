@@ -1,0 +1,57 @@
+"""The ``model`` section: a preset, a Hugging Face config.json, or every size
+inline; each key checked by ``ModelSpec``'s settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, text
+from workloads.hf_config import HfConfigError, model_from_hf
+from workloads.models import MODELS, Mlp, ModelSpec
+
+SCHEMA = {
+    "preset": (choice(MODELS), None),
+    "hf_config": (text, None),
+    **{key: (check, None) for key, (check, _) in schema_of(ModelSpec).items()},
+}
+
+
+def model_from(raw: object, base_dir: Path | None = None) -> ModelSpec:
+    """Check a ``model:`` section and build its ModelSpec."""
+    return _model(section("model", raw, SCHEMA), base_dir)
+
+
+def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
+    inline = {k: v for k, v in values.items() if k not in ("preset", "hf_config")
+              and v is not None}
+    if values["preset"] is not None and values["hf_config"] is not None:
+        raise fail("model.hf_config", values["hf_config"], "cannot be combined with "
+                                                            "model.preset; give one")
+    if values["hf_config"] is not None:
+        path = Path(values["hf_config"])
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        try:
+            base = dataclasses.asdict(model_from_hf(path))
+        except HfConfigError as error:
+            raise ScenarioError(f"model.hf_config: {error}") from None
+    elif values["preset"] is not None:
+        base = dataclasses.asdict(MODELS[values["preset"]])
+    else:
+        missing = [k for k in ("layers", "hidden", "heads", "vocab") if k not in inline]
+        if missing:
+            raise ScenarioError(f"model.{missing[0]}: missing; give model.preset "
+                                f"(one of {', '.join(MODELS)}) or layers, hidden, heads, vocab")
+        base = {"name": "custom", "ffn_hidden": 4 * inline["hidden"],
+                "kv_heads": inline["heads"]}
+    base.update(inline)
+    base.setdefault("kv_heads", base["heads"])
+    base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
+    if base["hidden"] % base["heads"]:
+        raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']})")
+    if base["heads"] % base["kv_heads"]:
+        raise fail("model.kv_heads", base["kv_heads"],
+                    f"must divide model.heads ({base['heads']})")
+    return ModelSpec(**base)

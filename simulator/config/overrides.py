@@ -1,0 +1,32 @@
+"""``--set key.path=value`` overrides on a scenario dict (values read as YAML)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from simulator.base.fields import ScenarioError
+
+
+def set_key(raw: dict[str, Any], path: str, value: Any, source: str = "--set") -> None:
+    """Set the dotted key ``path`` of a scenario dict, making sections as needed."""
+    keys = path.strip().split(".")
+    node = raw
+    for i, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ScenarioError(f"{source}: {'.'.join(keys[:i + 1])} is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides; values are read as YAML scalars."""
+    for assignment in assignments:
+        path, sep, text = assignment.partition("=")
+        if not sep or not path.strip():
+            raise ScenarioError(f"--set: {assignment!r} must look like key.path=value")
+        set_key(raw, path, yaml.safe_load(text) if text.strip() else None)
+    return raw

@@ -1,0 +1,54 @@
+"""The ``training`` and ``parallelism`` sections, checked by the specs they
+configure (``TrainingSpec``, ``ParallelSpec`` and ``FsdpSpec``'s settings), and
+the layout checks of the parallel strategies (``workloads.program.check``)."""
+
+from __future__ import annotations
+
+from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
+from topologies import GpuSpec
+from workloads.models import ModelSpec
+from workloads.program import LayoutError, check
+from workloads.schedules import ScheduleError
+from workloads.training import ParallelSpec, TrainingSpec
+
+TRAINING_SCHEMA = schema_of(TrainingSpec)
+PARALLEL_SCHEMA = {**schema_of(ParallelSpec), "dp": (integer(1), None)}  # dp: what is left
+
+
+def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
+    """Check a ``training:`` section for ``gpu`` and build its TrainingSpec."""
+    training = TrainingSpec(**section("training", raw, TRAINING_SCHEMA))
+    if training.precision not in gpu.peak_flops:
+        raise fail("training.precision", training.precision,
+                   f"is not supported by {gpu.name}")
+    return training
+
+
+def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
+    """Check a ``parallelism:`` section on ``gpus`` GPUs and build its ParallelSpec."""
+    p = section("parallelism", raw, PARALLEL_SCHEMA)
+    tp, cp, pp = p["tp"], p["cp"], p["pp"]
+    if p["fsdp"] is not None and p["zero"]:
+        raise fail("parallelism.fsdp", raw["fsdp"], "cannot be combined with parallelism.zero; "
+                                                   "FSDP sets its own sharding")
+    model_parallel = tp * cp * pp
+    if gpus % model_parallel:
+        raise ScenarioError(f"parallelism: tp x cp x pp = {tp} x {cp} x {pp} = {model_parallel} "
+                            f"must divide the GPU count {gpus}")
+    dp = p["dp"] if p["dp"] is not None else gpus // model_parallel
+    if gpus % dp:
+        raise fail("parallelism.dp", dp, f"must divide the GPU count {gpus} "
+                                          "(cluster.nodes x gpus_per_node)")
+    if model_parallel * dp != gpus:
+        raise ScenarioError(f"parallelism: tp x cp x pp x dp = {tp} x {cp} x {pp} x {dp} = "
+                            f"{model_parallel * dp} must equal the GPU count {gpus}")
+    return ParallelSpec(**{**p, "dp": dp}, ranks_per_node=ranks_per_node)
+
+
+def check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
+    try:
+        check(model, training, parallel)
+    except (LayoutError, ScheduleError) as error:
+        raise ScenarioError(str(error) if str(error).startswith(("model.", "training.",
+                                                                 "parallelism"))
+                            else f"parallelism.schedule: {error}") from None
