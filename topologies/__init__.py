@@ -1,7 +1,9 @@
-"""What a simulation runs on: GPU specs, cluster presets and NetworkX fabric builders.
+"""What a simulation runs on: GPU specs, cluster presets, the cluster builder, one
+module per inter-node network kind (``networks``, each with its settings, builder
+and routing) and routing (``routing``).
 
-Everything here is in SI units (bytes, bytes/s, seconds, FLOP/s) and imports
-neither SimPy nor ``workloads``.
+Everything here is in SI units (bytes, bytes/s, seconds, FLOP/s). It may import
+``simulator.base`` only: neither SimPy nor ``workloads``.
 """
 
 from topologies.builder import build_cluster

@@ -42,7 +42,9 @@ def _fabric_section(path: str, raw: object) -> dict[str, Any]:
         schema = {k: v for kind in NETWORKS.values() for k, v in schema_of(kind).items()}
     else:
         schema = schema_of(NETWORKS[values["type"]])
-    schema = {k: (check, None) for k, (check, _) in schema.items()}
+    # keys the preset does not fix keep its values; a kind's required ones must be given
+    schema = {k: (check, REQUIRED if default is REQUIRED and "type" in raw else None)
+              for k, (check, default) in schema.items()}
     given = section(path, rest, schema)
     return {**values, **{k: v for k, v in given.items() if v is not None}}
 
@@ -95,11 +97,7 @@ def _fabric(preset: NetworkSpec, values: dict[str, Any]) -> NetworkSpec:
             raise fail(where, given[key], f"is not a setting of a {kind.name} fabric "
                                            f"(its settings: {', '.join(sorted(own)) or 'none'})")
     base = preset if isinstance(preset, kind) else kind()
-    spec = dataclasses.replace(base, **given)
-    if kind.name == "file" and not spec.path:
-        raise ScenarioError("cluster.fabric.path: missing; a file fabric needs the GraphML "
-                            "or YAML file")
-    return spec
+    return dataclasses.replace(base, **given)
 
 
 def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:

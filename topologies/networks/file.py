@@ -17,7 +17,7 @@ from topologies.networks.base import NetworkSpec
 @dataclass(frozen=True)
 class FileNetwork(NetworkSpec):
     name = "file"
-    path: str = setting(text, "")  # GraphML (.graphml) or YAML edge list (.yaml/.yml)
+    path: str = setting(text, "", required=True)  # GraphML (.graphml) or YAML edge list
 
     def build(self, graph: nx.DiGraph, nics: Sequence[Nic], wire: Wire) -> None:
         raise ValueError("a file fabric is read whole: use FileNetwork.whole_graph")
