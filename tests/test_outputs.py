@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
 from simulator import run
@@ -188,3 +190,30 @@ def test_bad_arguments_exit_2_with_one_line(pipeline_dir, capsys, args, message)
     code = main([a.format(out=out) for a in args])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_merge_close_joins_only_gaps_at_most_the_threshold():
+    from simulator.outputs.gantt import merge_close
+
+    start, end = merge_close(np.array([5.0, 0.0, 1.0, 3.0]), np.array([6.0, 1.0, 2.5, 4.0]), 0.5)
+    assert start.tolist() == [0.0, 5.0] and end.tolist() == [4.0, 6.0]  # 3 - 2.5 <= 0.5
+    empty = merge_close(np.array([]), np.array([]), 1.0)
+    assert len(empty[0]) == 0 and len(empty[1]) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 5)), min_size=1, max_size=40),
+       st.floats(0, 2))
+def test_merged_intervals_cover_the_originals_and_keep_their_gaps(pairs, gap):
+    """Every original interval lies inside one merged interval; merged intervals are
+    more than ``gap`` apart; the covered length grows by at most the gaps merged."""
+    from simulator.analysis.timeline import union_length
+    from simulator.outputs.gantt import merge_close
+
+    start = np.array([s for s, _ in pairs])
+    end = start + np.array([d for _, d in pairs])
+    ms, me = merge_close(start, end, gap)
+    assert (ms[1:] > me[:-1] + gap).all()
+    for s, e in zip(start, end, strict=True):
+        assert ((ms <= s) & (me >= e)).any()
+    assert union_length(ms, me) <= union_length(start, end) + gap * len(pairs) + 1e-9

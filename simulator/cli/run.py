@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from simulator.base.units import format_bytes, format_time
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
                      help="override a scenario key (repeatable)")
 
 
-def _human(summary: dict, out: Path) -> str:
+def _human(summary: dict, out: Path, command_s: float) -> str:
     mem = summary["memory_gib"]
     lines = [
         f"iteration time   {format_time(summary['iteration_time_s'])}",
@@ -40,7 +41,8 @@ def _human(summary: dict, out: Path) -> str:
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
-        f"simulated        {summary['events']:,} events in {summary['wall_s']:.2f} s wall",
+        f"simulated        {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
+        f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",
     ]
     return "\n".join(lines)
@@ -58,6 +60,7 @@ def _critical_line(path: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from simulator.experiments.runner import run as simulate
 
+    started = time.perf_counter()
     scenario = load(args.scenario, args.set)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     result = simulate(scenario)
@@ -65,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:
-        print(_human(result.summary, out))
+        print(_human(result.summary, out, time.perf_counter() - started))
     return 0

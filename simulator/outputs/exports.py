@@ -58,35 +58,50 @@ def _call_args(comms: pd.DataFrame | None) -> list[dict]:
 
 
 def _slices(spans: pd.DataFrame, calls: list[dict]) -> list[dict]:
+    """One complete ("X") event per span, args naming its rank, stream, phase,
+    micro-batch, layer, bytes and, for communication, its call's group and algorithm."""
     events = []
-    has_call = "call" in spans.columns
-    for row in spans.itertuples(index=False):
-        args = {"rank": int(row.rank), "stream": row.stream, "phase": row.phase,
-                "microbatch": int(row.microbatch), "layer": int(row.layer),
-                "bytes": float(row.bytes)}
-        if has_call and row.call >= 0 and calls:
-            args.update(calls[int(row.call)])
-        events.append({"ph": "X", "pid": int(row.node), "tid": _tid(row.rank, row.stream),
-                       "name": row.name, "cat": row.kind, "ts": round(row.start * 1e6, 6),
-                       "dur": round((row.end - row.start) * 1e6, 6), "args": args})
+    columns = [spans[c].tolist() for c in ("rank", "node", "stream", "kind", "name", "start",
+                                           "end", "phase", "microbatch", "layer", "bytes")]
+    call = spans["call"].tolist() if "call" in spans.columns and calls else [-1] * len(spans)
+    for (rank, node, stream, kind, name, start, end, phase, mb, layer, nbytes), c in zip(
+            zip(*columns, strict=True), call, strict=True):
+        args = {"rank": int(rank), "stream": stream, "phase": phase, "microbatch": int(mb),
+                "layer": int(layer), "bytes": float(nbytes)}
+        if c >= 0:
+            args.update(calls[int(c)])
+        events.append({"ph": "X", "pid": int(node), "tid": _tid(rank, stream), "name": name,
+                       "cat": kind, "ts": round(start * 1e6, 6),
+                       "dur": round((end - start) * 1e6, 6), "args": args})
     return events
 
 
 def _flows(spans: pd.DataFrame) -> list[dict]:
-    """Arrows linking the communication spans of one call, rank by rank."""
+    """Arrows linking the communication spans of one call, rank by rank: a start
+    ("s") on the lowest rank, steps ("t"), a finish ("f") on the highest; calls
+    with one span get none."""
     if "call" not in spans.columns:
         return []
     comm = spans[(spans["kind"] == "comm") & (spans["call"] >= 0)]
+    comm = comm.sort_values(["call", "rank"], kind="stable")
+    calls = comm["call"].to_numpy()
+    if len(calls) == 0:
+        return []
+    first = np.r_[True, calls[1:] != calls[:-1]]
+    last = np.r_[calls[1:] != calls[:-1], True]
+    size = np.bincount(np.cumsum(first) - 1)[np.cumsum(first) - 1]
+    columns = [comm[c].tolist() for c in ("name", "node", "rank", "stream", "start", "end")]
     events = []
-    for call, part in comm.sort_values(["call", "rank"], kind="stable").groupby("call"):
-        if len(part) < 2:
+    for call, is_first, is_last, n, (name, node, rank, stream, start, end) in zip(
+            calls.tolist(), first.tolist(), last.tolist(), size.tolist(),
+            zip(*columns, strict=True),
+            strict=True):
+        if n < 2:
             continue
-        last = len(part) - 1
-        for n, row in enumerate(part.itertuples(index=False)):
-            events.append({"ph": "s" if n == 0 else "f" if n == last else "t",
-                           "id": int(call), "name": row.name, "cat": "call", "bp": "e",
-                           "pid": int(row.node), "tid": _tid(row.rank, row.stream),
-                           "ts": round((row.start + row.end) / 2 * 1e6, 6)})  # inside it
+        events.append({"ph": "s" if is_first else "f" if is_last else "t", "id": int(call),
+                       "name": name, "cat": "call", "bp": "e", "pid": int(node),
+                       "tid": _tid(rank, stream),
+                       "ts": round((start + end) / 2 * 1e6, 6)})  # inside its slice
     return events
 
 

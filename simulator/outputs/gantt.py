@@ -186,6 +186,33 @@ def _label_blocks(ax: Axes, part: pd.DataFrame, y: float, scale: float, width: f
                 fontsize=5.5, color="white" if phase == "backward" else "black")
 
 
+PIXEL_FRACTION = 1 / 6000  # gaps below this share of the window are below a pixel
+HATCH_MIN = 1 / 400  # narrower blocks (a few pixels) are drawn solid: no hatch would show
+
+
+def merge_close(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals ``[start, end)`` merged where they overlap or are at most ``gap``
+    apart, in start order: what a figure shows when ``gap`` is below a pixel.
+
+    >>> merge_close(np.array([0.0, 1.05, 3.0]), np.array([1.0, 2.0, 4.0]), 0.1)
+    (array([0., 3.]), array([2., 4.]))
+    """
+    if len(start) == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    s, e = np.asarray(start, dtype=float)[order], np.asarray(end, dtype=float)[order]
+    reach = np.maximum.accumulate(e)
+    first = np.r_[True, s[1:] > reach[:-1] + gap]
+    at = np.flatnonzero(first)
+    return s[at], np.maximum.reduceat(e, at)
+
+
+def _bars(part: pd.DataFrame, scale: float, gap: float) -> list[tuple[float, float]]:
+    """(x, width) of a lane's merged intervals, for ``broken_barh``."""
+    s, e = merge_close(part["start"].to_numpy(), part["end"].to_numpy(), gap)
+    return list(zip((s * scale).tolist(), ((e - s) * scale).tolist(), strict=True))
+
+
 def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
          labels: bool = True) -> set[str]:
     """Draw ``rows`` of ``spans`` (times multiplied by ``scale``) on ``ax``; return
@@ -193,6 +220,7 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
     streams = any(r.stream is not None for r in rows)
     lanes = _lanes(spans, streams)
     width = float(spans["end"].max() - spans["start"].min()) * scale if len(spans) else 1.0
+    gap = width / scale * PIXEL_FRACTION  # seconds: far below a pixel at the figure's width
     by_rank = dict(tuple(spans.groupby("rank", sort=False, observed=True)))
     used: set[str] = set()
     for y, row in enumerate(rows):
@@ -206,18 +234,20 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
         for (stream, name), part in frame.assign(cat=cats).groupby(["stream", "cat"],
                                                                    observed=True):
             offset, height = lanes.get(str(stream), lanes["compute"])
-            bars = list(zip(part["start"] * scale, (part["end"] - part["start"]) * scale,
-                            strict=True))
+            bars = _bars(part, scale, gap)
+            hatched = [b for b in bars if b[1] >= HATCH_MIN * width] if name in HATCH else []
+            if hatched:  # a hatch shows only on blocks a few pixels wide: draw it there
+                ax.broken_barh(hatched, (y + offset, height), facecolors=CATEGORIES[name],
+                               hatch=HATCH[name], edgecolor="white", linewidth=0)
+                bars = [b for b in bars if b[1] < HATCH_MIN * width]
             ax.broken_barh(bars, (y + offset, height), facecolors=CATEGORIES[name],
-                           hatch=HATCH.get(name), edgecolor="white" if name in HATCH else None,
                            linewidth=0)
             used.add(name)
         bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
-            ax.broken_barh(list(zip(bubbles["start"] * scale,
-                                    (bubbles["end"] - bubbles["start"]) * scale, strict=True)),
-                           (y + offset, height), facecolors=CATEGORIES["pipeline bubble"],
+            ax.broken_barh(_bars(bubbles, scale, gap), (y + offset, height),
+                           facecolors=CATEGORIES["pipeline bubble"],
                            alpha=0.45, linewidth=0, zorder=0.5)
         compute = frame[frame["kind"] == "compute"]
         if labels and len(compute):
