@@ -2,9 +2,9 @@
 global batch 1536 (96 micro-batches per pipeline), one iteration, every rank.
 
 Every rank's timeline is computed and every collective and pipeline message
-of every group runs on the fabric; the eight ranks of each tensor-parallel
-group share one process in lockstep (``simulation.tensor_parallel_gangs``,
-exact for identical ranks; tests compare it with one process per rank), and
+of every group runs on the fabric; by default the eight ranks of each
+tensor-parallel group share one process in lockstep (the automatic symmetry,
+verified exact as it runs; tests compare it with one process per rank), and
 compute spans are kept per layer (``simulation.span_detail: layer``).
 
 Prints wall time, SimPy events, spans and peak resident memory.
@@ -20,14 +20,14 @@ import time
 from simulator import run
 
 
-def scenario(dp: int, gangs: bool) -> dict:
+def scenario(dp: int, full: bool = False) -> dict:
     return {
         "name": f"gpt3-175b-tp8-pp8-dp{dp}",
         "cluster": {"preset": "dgx-a100", "nodes": 8 * dp},
         "model": {"preset": "gpt3-175b"},
         "training": {"seq_len": 2048, "global_batch": 96 * dp, "micro_batch": 1},
         "parallelism": {"tp": 8, "pp": 8, "dp": dp, "schedule": "1f1b"},
-        "simulation": {"tensor_parallel_gangs": gangs, "span_detail": "layer"},
+        "simulation": {"symmetry": "full" if full else "auto", "span_detail": "layer"},
     }
 
 
@@ -39,7 +39,7 @@ def main() -> None:
                         help="one process per rank (slower; same timeline)")
     args = parser.parse_args()
     start = time.perf_counter()
-    result = run(scenario(args.dp, not args.no_gangs))
+    result = run(scenario(args.dp, full=args.no_gangs))
     wall = time.perf_counter() - start
     s = result.summary
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
@@ -47,8 +47,9 @@ def main() -> None:
           f"{s['micro_batches']} micro-batches per pipeline")
     print(f"simulated iteration {s['iteration_time_s']:.2f} s, MFU {s['mfu']:.1%}, "
           f"bubble {s['bubble_s']:.2f} s, exposed comm {s['exposed_comm_s']:.2f} s")
-    print(f"ranks               {s['gpus']} ranks, {s['simulated_ranks']} processes, "
-          f"{len(result.spans):,} spans, {len(result.comms):,} collective calls and messages")
+    print(f"ranks               {s['simulation']}")
+    print(f"timeline            {len(result.spans):,} spans, {len(result.comms):,} collective "
+          "calls and messages")
     print(f"wall time           {wall:.1f} s (simulation {s['wall_s']:.1f} s)")
     print(f"events              {s['events']:,} SimPy events "
           f"({s['events'] / s['wall_s']:,.0f} per second)")

@@ -112,22 +112,34 @@ def test_max_min_is_feasible_and_every_flow_is_bottlenecked(case):
             for link in mine)
 
 
+def transfer_time(routes, sizes, capacity) -> float:
+    env = simpy.Environment()
+    env.run(Network(env, np.asarray(capacity, dtype=float)).transfer(routes, sizes))
+    return env.now
+
+
 @settings(max_examples=40, deadline=None)
-@given(flow_sets(), st.integers(0, 5), st.floats(1.0, 10.0),
-       st.lists(st.floats(1.0, 1e3), min_size=8, max_size=8))
-def test_more_bandwidth_never_slows_a_transfer(case, which, factor, sizes):
+@given(flow_sets(), st.floats(1.0, 10.0), st.lists(st.floats(1.0, 1e3), min_size=8, max_size=8))
+def test_more_bandwidth_on_every_link_never_slows_a_transfer(case, factor, sizes):
+    """Max-min rates scale with the capacities, so a faster fabric (every link
+    ``factor`` times faster) finishes any set of flows ``factor`` times sooner."""
     capacity, pair_flow, pair_link, flows = case
     routes = [tuple(pair_link[pair_flow == f]) for f in range(flows)]
-    lowered = Lowered(routes, sizes[:flows], 0.0, Algorithm.DIRECT, Protocol.SIMPLE, 1)
+    slow = transfer_time(routes, sizes[:flows], capacity)
+    fast = transfer_time(routes, sizes[:flows], capacity * factor)
+    assert fast == pytest.approx(slow / factor, rel=1e-9)
+    assert fast <= slow * (1 + 1e-9)
 
-    def time_with(cap):
-        env = simpy.Environment()
-        env.run(Network(env, cap).transfer(lowered.routes, lowered.sizes))
-        return env.now
 
-    faster = capacity.copy()
-    faster[which % len(capacity)] *= factor
-    assert time_with(faster) <= time_with(capacity) * (1 + 1e-9)
+def test_one_faster_link_can_slow_a_set_of_flows_under_max_min_fairness():
+    """Max-min fairness is not monotone in one link: doubling link 0 lets flow 4
+    (links 0 and 1) take more of link 1 from flow 2, which then ends later. A
+    property of fair sharing (Bertsekas & Gallager, Sec. 6.5.2), not a bug;
+    hypothesis found this case, so the property above scales every link."""
+    routes = [(0,), (1, 2), (1, 2), (2,), (0, 1)]
+    sizes = [1.0, 1.0, 2.0, 2.0, 1.0]
+    assert transfer_time(routes, sizes, [4.0, 7.0, 8.0]) == pytest.approx(0.6285714285714286)
+    assert transfer_time(routes, sizes, [8.0, 7.0, 8.0]) == pytest.approx(0.6326530612244898)
 
 
 def run_with_batch(capacity, background, parts, batched, then=0.0):

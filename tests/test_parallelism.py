@@ -20,6 +20,11 @@ TINY = {
 }
 
 
+def reference(scenario: dict) -> dict:
+    """``scenario`` simulated rank by rank: the reference the speed-ups must equal."""
+    return {**scenario, "simulation": {"symmetry": "full"}}
+
+
 def tiny(**parallelism):
     scenario = copy.deepcopy(TINY)
     for key, value in parallelism.items():
@@ -208,7 +213,7 @@ def test_pipeline_and_tensor_parallel_runs_are_deterministic():
 @pytest.mark.parametrize("parallelism", [dict(tp=2, pp=2, dp=4), dict(pp=4, dp=4, zero=1),
                                          dict(tp=4, dp=4, sequence_parallel=True)])
 def test_folded_ranks_give_the_same_timeline(parallelism):
-    full = run(tiny(**parallelism))
+    full = run(reference(tiny(**parallelism)))
     folded_scenario = tiny(**parallelism)
     folded_scenario["simulation"] = {"fold_ranks": True}
     folded = run(folded_scenario)
@@ -237,7 +242,7 @@ def test_folding_refuses_jitter():
                                          dict(tp=2, pp=2, dp=4, sequence_parallel=True,
                                               schedule="interleaved", virtual_stages=2)])
 def test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank(parallelism):
-    full = run(tiny(**parallelism))
+    full = run(reference(tiny(**parallelism)))
     scenario = tiny(**parallelism)
     scenario["simulation"] = {"tensor_parallel_gangs": True}
     gang = run(scenario)
@@ -263,7 +268,7 @@ def _calls_of(result) -> list[tuple]:
 
 
 def test_layer_span_detail_keeps_the_timeline():
-    kernel = run(tiny(tp=2, pp=2, dp=4))
+    kernel = run(reference(tiny(tp=2, pp=2, dp=4)))
     scenario = tiny(tp=2, pp=2, dp=4)
     scenario["simulation"] = {"span_detail": "layer"}
     layer = run(scenario)
@@ -275,7 +280,7 @@ def test_layer_span_detail_keeps_the_timeline():
 
 def test_exclusive_tensor_parallel_links_give_the_same_timeline():
     scenario = tiny(tp=8, dp=2)  # tp fills each server: nothing else uses its NVLink
-    full = run(scenario)
+    full = run(reference(scenario))
     scenario["simulation"] = {"tensor_parallel_gangs": True}
     gang = run(scenario)
     assert gang.summary["events"] < full.summary["events"] / 4

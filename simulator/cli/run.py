@@ -41,7 +41,8 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
-        f"simulated        {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
+        f"simulated        {summary['simulation']}",
+        f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
         f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",
     ]

@@ -39,6 +39,7 @@ SIMULATION = {
     "fold_ranks": (boolean, False),
     "tensor_parallel_gangs": (boolean, False),
     "span_detail": (choice(["kernel", "layer"]), "kernel"),
+    "symmetry": (choice(["auto", "full"]), "auto"),
 }
 SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation")
 
@@ -60,6 +61,7 @@ class Scenario:
     fold_ranks: bool = False  # simulate one rank per pipeline stage (identical ranks)
     gangs: bool = False  # run each tensor-parallel group as one process, in lockstep
     layer_spans: bool = False  # one compute span per layer, phase and micro-batch
+    symmetry: str = "auto"  # auto: use symmetry where it is exact; full: every rank
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -112,7 +114,8 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
-        fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer")
+        fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
+        symmetry=sim["symmetry"])
 
 
 def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:

@@ -23,7 +23,7 @@ Speed-ups are subclasses in their own modules (``batching``, ``layer_spans``,
 an equivalence test against this class as its contract. Hooks:
 ``_process`` (the generator run for a stream), ``_compute`` (plan compute ops
 from a stream position), ``_collective`` and ``_p2p`` (generators for one op),
-``_expected_arrivals`` (members a call waits for) and ``_expander``.
+``_expected_arrivals`` (members a call waits for), ``_expander`` and ``_inexact``.
 
 The engine knows nothing of topologies or workloads: it gets a Program, the
 GPU of each rank, compute durations, a Fabric and a collective lowering (a
@@ -102,7 +102,8 @@ class Engine:
             pass
         self._check_finished()
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
-                            self.network.recomputes, self.ranks, self._expander())
+                            self.network.recomputes, self.ranks, self._expander(),
+                            self._inexact())
 
     # -- hooks -------------------------------------------------------------------
 
@@ -128,6 +129,11 @@ class Engine:
                            op.phase.value, op.microbatch, op.layer, op.bytes, -1))
         self._finish(rank, i, end)
         return pos + 1, end
+
+    def _inexact(self) -> str | None:
+        """For plug-ins whose exactness rests on a condition checked during the run:
+        why this run may differ from the reference's, or None."""
+        return None
 
     def _expander(self) -> Callable | None:
         """For plug-ins that run fewer ranks than they stand for: a function

@@ -8,6 +8,13 @@ and every call is logged; it finishes when the last of those calls ends. The
 mates' spans are the representative's, copied afterwards (``replicate``), each
 naming its own call in the communication log.
 
+Exactness is checked as the run goes: the mates' timelines equal the
+representative's exactly when every call and message a mate takes part in ends
+when the representative's own does (the mates then start every op when it
+does, by induction: same program, same durations, same arrivals). Where one
+ends at another time (an asymmetric fabric), the run reports it (``inexact``)
+and the runner can simulate every rank instead.
+
 Contract: ``tests/test_parallelism.py::
 test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank`` (every rank's
 spans, the log and the calls each span names equal the full run's).
@@ -24,6 +31,8 @@ from simulator.base.ir import Collective, Op, OpKind, Program
 from simulator.engine.core import Engine
 from simulator.engine.records import Message, SimulationError
 from simulator.network.batches import BatchNetwork
+
+LOCKSTEP_TOLERANCE = 1e-9  # relative: what the equivalence tests call equal
 
 
 def tensor_parallel_gangs(program: Program) -> dict[int, tuple[int, ...]]:
@@ -44,6 +53,7 @@ class Gangs(Engine):
         self.network = BatchNetwork(self.env, self.fabric.capacity)  # mates send in lockstep
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
+        self.divergence: str | None = None  # the first mate that ended apart, if any
 
     def _expected_arrivals(self) -> dict[tuple[str, int], int]:
         arriving = set(self.ranks) | {m for ms in self._mates.values() for m in ms}
@@ -61,6 +71,7 @@ class Gangs(Engine):
         arrival = self.env.now
         yield self._all([call.done for call in calls.values()])
         self._record(rank, op, arrival, own.start, own.end, own.row)
+        self._check_lockstep(rank, op, [c.end for c in calls.values()])
         for g, members in groups.items():
             if g != index:  # mates in other groups: their own call's log row
                 for mate in members:
@@ -79,10 +90,22 @@ class Gangs(Engine):
                      message.end, message.row)
         for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
             self.mate_calls.setdefault(mate, {})[message.row] = other.row
+        self._check_lockstep(rank, op, [m.end for _, m in mine])
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
                 del self._messages[other_key]
+
+    def _check_lockstep(self, rank: int, op: Op, ends: list[float]) -> None:
+        """Note the first op whose calls (the gang's, one per group) end apart."""
+        if self.divergence is None and len(ends) > 1:
+            late, early = max(ends), min(ends)
+            if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
+                self.divergence = (f"tensor-parallel mates of rank {rank} end {op.name} "
+                                   f"({op.group}) {late - early:.3g} s apart")
+
+    def _inexact(self) -> str | None:
+        return self.divergence
 
     def _send(self, messages: list[tuple[tuple[str, int, int], Message]], op: Op) -> None:
         """Start a gang's messages now, batched per latency: one rate computation for

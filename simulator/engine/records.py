@@ -55,3 +55,5 @@ class EngineResult:
     ranks: list[int]  # the ranks whose programs ran
     # spans of the running ranks (a DataFrame) -> every rank's; None: they are every rank's
     expand: Callable | None = None
+    # why a plug-in's result may differ from the reference's (None: it is the same)
+    inexact: str | None = None

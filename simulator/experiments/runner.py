@@ -21,9 +21,8 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
-from simulator.engine.exclusive import exclusive_dimensions
-from simulator.engine.gangs import tensor_parallel_gangs
 from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS
+from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
@@ -108,29 +107,6 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
     return durations
 
 
-def engine_for(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
-               batch_compute: bool = True) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """The engine plug-ins (``simulator.engine.assemble.PLUGINS``) and their options
-    for this scenario: batching (unless one event per kernel is asked for),
-    layer spans, rank folding or tensor-parallel gangs, exclusive links."""
-    names: list[str] = []
-    options: dict[str, Any] = {}
-    if scenario.layer_spans:
-        names.append("layer_spans")
-    elif batch_compute:
-        names.append("batching")
-    if scenario.fold_ranks:
-        names.append("folding")
-    elif scenario.gangs:
-        names.append("gangs")
-        options["represents"] = tensor_parallel_gangs(program)
-        exclusive = exclusive_dimensions(program, fabric, placement)
-        if exclusive:
-            names.append("exclusive_links")
-            options["exclusive"] = exclusive
-    return tuple(names), options
-
-
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
 
 
@@ -191,9 +167,14 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                            scenario.compute_jitter)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    plugins, options = engine_for(scenario, program, placement, fabric, batch_compute)
-    result = engine_class(*plugins)(program, placement, durations, fabric, lowering,
-                                    **options).run()
+    method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
+    result = engine_class(*method.plugins)(program, placement, durations, fabric, lowering,
+                                           **method.options).run()
+    if method.automatic and result.inexact:  # symmetry did not hold: every rank instead
+        method = symmetry.full(scenario, batch_compute, f"{result.inexact}, so symmetry "
+                                                        "does not hold")
+        result = engine_class(*method.plugins)(program, placement, durations, fabric,
+                                               lowering).run()
     nodes = [fabric.node_of(g) for g in placement]
     spans = _spans(result, nodes)
     gpu = scenario.gpu
@@ -202,7 +183,9 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks)
     if result.expand is not None:
         spans = result.expand(spans, nodes=nodes)
-    summary.update(simulated_ranks=len(ranks), **program.notes, events=result.events,
+    note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
+    summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
+                   **program.notes, events=result.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
