@@ -217,3 +217,37 @@ def test_merged_intervals_cover_the_originals_and_keep_their_gaps(pairs, gap):
     for s, e in zip(start, end, strict=True):
         assert ((ms <= s) & (me >= e)).any()
     assert union_length(ms, me) <= union_length(start, end) + gap * len(pairs) + 1e-9
+
+
+def test_a_large_run_writes_parquet_spans_and_a_bounded_trace(tmp_path, monkeypatch):
+    """Above the thresholds: no spans.csv (Parquet holds every span), a trace of a
+    few ranks from every stage; ``clustersim trace`` writes any ranks on demand,
+    and the Gantt and comms commands read the Parquet table back."""
+    monkeypatch.setattr(run_dir, "CSV_SPANS", 10)
+    monkeypatch.setattr(run_dir, "TRACE_SPANS", 10)
+    monkeypatch.setattr(run_dir, "TRACE_RANKS", 4)
+    result = run(tiny(tp=2, pp=4, dp=2))
+    out = tmp_path / "big"
+    run_dir.write(result, out)
+    assert not (out / "spans.csv").exists()
+    back = run_dir.read(out)
+    assert len(back.spans) == len(result.spans) and back.placement == result.placement
+    traced = {e["args"]["rank"] for e in json.loads((out / "trace.json").read_text())[
+        "traceEvents"] if e["ph"] == "X"}
+    stage_of = result.extra["stage_of"]
+    assert len(traced) == 4 and {stage_of[r] for r in traced} == {0, 1, 2, 3}
+    assert main(["trace", str(out), "--ranks", "5,9", "--out", str(tmp_path / "t.json")]) == 0
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["args"]["rank"] for e in events if e["ph"] == "X"} == {5, 9}
+    assert any(e["ph"] == "s" for e in events)  # their shared calls keep their arrows
+    assert main(["gantt", str(out), "--ranks", "12-15", "--out", str(tmp_path / "g.png")]) == 0
+
+
+def test_trace_ranks_takes_every_stage():
+    from simulator.outputs.run_dir import trace_ranks
+
+    assert trace_ranks(8) == list(range(8))
+    stages = tuple(r % 4 for r in range(64))  # strided stages (pp not last in the order)
+    chosen = trace_ranks(64, stages)
+    assert len(chosen) == 8 and sorted({stages[r] for r in chosen}) == [0, 1, 2, 3]
+    assert len(trace_ranks(640, tuple(r // 20 for r in range(640)))) == 32  # one per stage

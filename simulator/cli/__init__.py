@@ -6,6 +6,7 @@
     clustersim gantt RUN_DIR [--out FILE] [--ranks 0-7,64] [--from T] [--to T] [--streams]
     clustersim comms RUN_DIR [--csv FILE] [--plot FILE]
     clustersim compare RUN_A RUN_B [--out FILE]
+    clustersim trace RUN_DIR [--ranks 0-7,64] [--out FILE]
     clustersim sweep BASE.yaml --grid KEY=V1,V2 [--zip KEY=V1,V2 ...] --out DIR
                      [--workers N] [--dask tcp://HOST:8786] [--retry-failed]
     clustersim sweep SWEEP.yaml --out DIR ...   (a file with base, grid, zip)
@@ -34,6 +35,7 @@ from simulator.cli import (
     presets,
     run,
     sweep,
+    trace,
     validate,
 )
 from simulator.collectives.tuner import CollectiveError
@@ -45,7 +47,7 @@ from simulator.outputs.run_dir import RunDirError
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
 COMMANDS = {"run": run, "presets": presets, "collective": collective, "gantt": gantt,
-            "comms": comms, "compare": compare, "sweep": sweep, "plot": plot,
+            "comms": comms, "compare": compare, "trace": trace, "sweep": sweep, "plot": plot,
             "validate": validate, "calibrate": calibrate}
 
 

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
     run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
     run.add_argument("--format", choices=FORMATS, default="png", help="Gantt figure format")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    run.add_argument("--spans-csv", action="store_true",
+                     help="also write spans.csv for a large run (spans.parquet is always "
+                          "written; the CSV by default only up to 250,000 spans)")
     run.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                      help="override a scenario key (repeatable)")
 
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario, args.set)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     result = simulate(scenario)
-    run_dir.write(result, out, args.format)
+    run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:

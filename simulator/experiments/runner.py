@@ -190,7 +190,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
     return RunResult(scenario, summary, spans, _comms(result.collectives), list(placement),
-                     nodes, memory, {"stage": stages}, (program.groups, fabric, lowering))
+                     nodes, memory, {"stage": stages, "stage_of": program.stage},
+                     (program.groups, fabric, lowering))
 
 
 def _comms(rows: list[tuple]) -> pd.DataFrame:

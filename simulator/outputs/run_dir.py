@@ -2,13 +2,19 @@
 
     summary.json        the summary (see simulator.analysis.summary)
     scenario.yaml       the scenario as given (with --set applied)
-    spans.csv           every span: rank, node, stream, kind, name, start, end,
+    spans.parquet       every span: rank, node, stream, kind, name, start, end,
                         phase, micro-batch, layer, bytes, call (row of comms)
+    spans.csv           the same as CSV, when there are at most CSV_SPANS spans
+                        (or with ``clustersim run --spans-csv``)
+    placement.csv       rank, GPU and server of every rank
     comms.csv/.parquet  the communication log: every collective call and message
     ranks.csv           per-rank time breakdown (simulator.analysis.timeline.rank_table)
     streams.csv         per (rank, stream) busy/overlap/exposed/wait
     critical_path.csv   the chain of spans that sets the iteration time
-    trace.json          Chrome/Perfetto trace with flows and counters
+    trace.json          Chrome/Perfetto trace with flows and counters, for every rank
+                        while the run has at most TRACE_SPANS spans, else for
+                        TRACE_RANKS ranks spread over the pipeline stages
+                        (``clustersim trace RUN_DIR --ranks ...`` writes any)
     gantt.FMT, memory.FMT  figures
 
 ``clustersim gantt``, ``comms`` and ``compare`` read these back without
@@ -27,6 +33,9 @@ import yaml
 from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
+CSV_SPANS = 250_000  # larger span tables are written as Parquet only (unless asked for)
+TRACE_SPANS = 500_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
+TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
 
 
 class RunDirError(ValueError):
@@ -42,15 +51,41 @@ class FinishedRun:
     summary: dict
     spans: pd.DataFrame
     comms: pd.DataFrame
+    placement: list[str]  # the GPU of each rank
 
 
-def write(result, out: Path, fmt: str = "png") -> None:
+def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
+    """Every rank up to TRACE_RANKS; else the first ranks of every pipeline stage,
+    TRACE_RANKS in all (at least one per stage).
+
+    >>> trace_ranks(4)
+    [0, 1, 2, 3]
+    >>> trace_ranks(64, tuple(r // 16 for r in range(64)))
+    [0, 1, 16, 17, 32, 33, 48, 49]
+    """
+    if ranks <= TRACE_RANKS:
+        return list(range(ranks))
+    stage_of = stage_of or (0,) * ranks
+    stages = sorted(set(stage_of))
+    per = max(1, TRACE_RANKS // len(stages))
+    chosen: dict[int, list[int]] = {s: [] for s in stages}
+    for rank, stage in enumerate(stage_of):
+        if len(chosen[stage]) < per:
+            chosen[stage].append(rank)
+    return sorted(r for members in chosen.values() for r in members)
+
+
+def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     """Write every output of ``result`` (a RunResult) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     exports.write_summary(result.summary, out / "summary.json")
     (out / "scenario.yaml").write_text(yaml.safe_dump(dict(result.scenario.source),
                                                       sort_keys=False))
-    exports.write_spans(result.spans, out / "spans.csv")
+    exports.write_table(result.spans, out / "spans.parquet")
+    if spans_csv or len(result.spans) <= CSV_SPANS:
+        exports.write_spans(result.spans, out / "spans.csv")
+    pd.DataFrame({"rank": range(len(result.placement)), "gpu": result.placement,
+                  "node": result.node_of_rank}).to_csv(out / "placement.csv", index=False)
     for suffix in ("csv", "parquet"):
         exports.write_table(result.comms, out / f"comms.{suffix}")
     exports.write_table(result.ranks(), out / "ranks.csv")
@@ -58,8 +93,12 @@ def write(result, out: Path, fmt: str = "png") -> None:
     exports.write_table(result.critical_path(), out / "critical_path.csv")
     counters = exports.memory_counters(result.memory, result.node_of_rank)
     counters.update(result.traffic())
-    exports.write_chrome_trace(result.spans, result.placement, out / "trace.json",
-                               result.comms, counters)
+    spans = result.spans
+    if len(spans) > TRACE_SPANS:
+        chosen = trace_ranks(len(result.placement), tuple(result.extra.get("stage_of", ())))
+        spans = spans[spans["rank"].isin(chosen)]
+    exports.write_chrome_trace(spans, result.placement, out / "trace.json", result.comms,
+                               counters)
     result.gantt(str(out / f"gantt.{fmt}"))
     result.memory_plot(str(out / f"memory.{fmt}"))
 
@@ -72,12 +111,17 @@ def read(path: str | Path) -> FinishedRun:
         raise RunDirError(f"{path}: not a run directory (write one with clustersim run)")
     try:
         summary = json.loads((path / "summary.json").read_text())
-        spans = pd.read_csv(path / "spans.csv")
+        table = path / "spans.parquet"
+        spans = pd.read_parquet(table) if table.exists() else pd.read_csv(path / "spans.csv")
         parquet = path / "comms.parquet"
         comms = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(path / "comms.csv")
         scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
+        where = path / "placement.csv"
+        placement = (pd.read_csv(where)["gpu"].astype(str).tolist() if where.exists() else
+                     [f"rank {r}" for r in range(int(spans["rank"].max()) + 1)])
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise RunDirError(f"{path}: cannot read the run ({error})") from None
     for column in TEXT_COLUMNS:
         spans[column] = spans[column].astype(str).astype("category")
-    return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms)
+    return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms,
+                       placement)
