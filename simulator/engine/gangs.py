@@ -9,8 +9,9 @@ mates' spans are the representative's, copied afterwards (``replicate``), each
 naming its own call in the communication log.
 
 Exactness is checked as the run goes: the mates' timelines equal the
-representative's exactly when every call and message a mate takes part in ends
-when the representative's own does (the mates then start every op when it
+representative's exactly when every op of a mate completes when the
+representative's own does (a collective when its call ends; a send or receive
+at the later of reaching it and its message's end) (the mates then start every op when it
 does, by induction: same program, same durations, same arrivals). Where one
 ends at another time (an asymmetric fabric), the run reports it (``inexact``)
 and the runner can simulate every rank instead.
@@ -29,7 +30,7 @@ import pandas as pd
 
 from simulator.base.ir import Collective, Op, OpKind, Program
 from simulator.engine.core import Engine
-from simulator.engine.records import Message, SimulationError
+from simulator.engine.records import Message, NotInLockstep, SimulationError
 from simulator.network.batches import BatchNetwork
 
 LOCKSTEP_TOLERANCE = 1e-9  # relative: what the equivalence tests call equal
@@ -43,7 +44,8 @@ def tensor_parallel_gangs(program: Program) -> dict[int, tuple[int, ...]]:
 class Gangs(Engine):
     """Runs each gang's representative; mates join their own calls through it."""
 
-    def __init__(self, *args, represents: dict[int, tuple[int, ...]], **kwargs) -> None:
+    def __init__(self, *args, represents: dict[int, tuple[int, ...]], strict: bool = False,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._mates = {r: tuple(m) for r, m in represents.items()}
         for rep, mates in self._mates.items():
@@ -54,6 +56,7 @@ class Gangs(Engine):
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
         self.divergence: str | None = None  # the first mate that ended apart, if any
+        self._strict = strict  # stop at the first divergence (NotInLockstep)
 
     def _expected_arrivals(self) -> dict[tuple[str, int], int]:
         arriving = set(self.ranks) | {m for ms in self._mates.values() for m in ms}
@@ -90,19 +93,23 @@ class Gangs(Engine):
                      message.end, message.row)
         for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
             self.mate_calls.setdefault(mate, {})[message.row] = other.row
-        self._check_lockstep(rank, op, [m.end for _, m in mine])
+        self._check_lockstep(rank, op, [max(arrival, m.end) for _, m in mine])
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
                 del self._messages[other_key]
 
     def _check_lockstep(self, rank: int, op: Op, ends: list[float]) -> None:
-        """Note the first op whose calls (the gang's, one per group) end apart."""
+        """Note the first op that would end at different times for different mates
+        (``ends``: when each mate's op completes: its call's end, or for a message
+        the later of its arrival at the op and the message's end)."""
         if self.divergence is None and len(ends) > 1:
             late, early = max(ends), min(ends)
             if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
                 self.divergence = (f"tensor-parallel mates of rank {rank} end {op.name} "
                                    f"({op.group}) {late - early:.3g} s apart")
+                if self._strict:
+                    raise NotInLockstep(self.divergence)
 
     def _inexact(self) -> str | None:
         return self.divergence

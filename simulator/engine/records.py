@@ -21,6 +21,11 @@ class SimulationError(RuntimeError):
     """The program cannot finish (a collective some members never reach)."""
 
 
+class NotInLockstep(RuntimeError):
+    """Ranks simulated as one (a gang) would not run in lockstep: the reduction is
+    not exact for this scenario (raised only when asked to stop at once)."""
+
+
 @dataclass
 class Call:
     """One collective call of one group, gathering its members."""

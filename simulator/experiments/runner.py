@@ -21,7 +21,7 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
-from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS
+from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS, NotInLockstep
 from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
@@ -168,10 +168,11 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
-    result = engine_class(*method.plugins)(program, placement, durations, fabric, lowering,
-                                           **method.options).run()
-    if method.automatic and result.inexact:  # symmetry did not hold: every rank instead
-        method = symmetry.full(scenario, batch_compute, f"{result.inexact}, so symmetry "
+    try:
+        result = engine_class(*method.plugins)(program, placement, durations, fabric,
+                                               lowering, **method.options).run()
+    except NotInLockstep as diverged:  # symmetry did not hold: every rank instead
+        method = symmetry.full(scenario, batch_compute, f"{diverged}, so symmetry "
                                                         "does not hold")
         result = engine_class(*method.plugins)(program, placement, durations, fabric,
                                                lowering).run()

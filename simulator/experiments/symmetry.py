@@ -5,11 +5,11 @@ With ``simulation.symmetry: auto`` (the default) and no per-rank randomness
 as one gang (``simulator.engine.gangs``): they run one program on identical
 inputs, so one process can stand for them while every group's collectives and
 messages still run on the fabric. The gang checks its own exactness as it
-runs (every mate's calls end when the representative's do); if a mate
-diverges, as on an asymmetric fabric, the runner simulates every rank instead
-and says so. ``simulation.symmetry: full`` always simulates every rank (for
-checking); ``simulation.fold_ranks`` and ``simulation.tensor_parallel_gangs``
-force a method.
+runs (every mate's ops end when the representative's do); at the first mate
+that diverges, as on an asymmetric fabric, the gang run stops and the runner
+simulates every rank instead, and says so. ``simulation.symmetry: full``
+always simulates every rank (for checking); ``simulation.fold_ranks`` and
+``simulation.tensor_parallel_gangs`` force a method.
 
 The result says what was done: ``"128 of 1,024 ranks simulated, exact by
 symmetry (tensor-parallel gangs, mates verified in lockstep)"`` or ``"all
@@ -73,7 +73,8 @@ def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
            automatic: bool) -> Method:
-    options: dict[str, Any] = {"represents": tensor_parallel_gangs(program)}
+    options: dict[str, Any] = {"represents": tensor_parallel_gangs(program),
+                               "strict": automatic}  # automatic: stop at a divergence
     exclusive = exclusive_dimensions(program, fabric, placement)
     if exclusive:
         options["exclusive"] = exclusive
