@@ -23,7 +23,7 @@ Speed-ups are subclasses in their own modules (``batching``, ``layer_spans``,
 an equivalence test against this class as its contract. Hooks:
 ``_process`` (the generator run for a stream), ``_compute`` (plan compute ops
 from a stream position), ``_collective`` and ``_p2p`` (generators for one op),
-``_expected_arrivals`` (members a call waits for), ``_expander`` and ``_inexact``.
+``_arriving`` (the ranks calls wait for), ``_expander`` and ``_inexact``.
 
 The engine knows nothing of topologies or workloads: it gets a Program, the
 GPU of each rank, compute durations, a Fabric and a collective lowering (a
@@ -107,10 +107,17 @@ class Engine:
 
     # -- hooks -------------------------------------------------------------------
 
+    def _arriving(self) -> set[int] | None:
+        """The ranks that arrive at calls (running, or stood for by one that runs);
+        None: every rank."""
+        return None
+
     def _expected_arrivals(self) -> dict[tuple[str, int], int]:
         """Per (dimension, group index): how many members a call waits for."""
-        return {(dim, g): len(ranks) for dim, groups in self.program.groups.items()
-                for g, ranks in enumerate(groups)}
+        arriving = self._arriving()
+        return {(dim, g): len(ranks) if arriving is None else
+                sum(1 for r in ranks if r in arriving)
+                for dim, groups in self.program.groups.items() for g, ranks in enumerate(groups)}
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         """Called once per running rank before its streams start."""

@@ -55,21 +55,23 @@ class ExclusiveLinks(Gangs):
         if id(ops) not in self._inlinable:
             out: list[tuple | None] = [None] * len(ops)
             for stream, indices in self._streams[rank].items():
-                for position, i in enumerate(indices):
-                    if ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive:
+                if all(ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive
+                       for i in indices):  # a stream of exclusive calls only (tp's)
+                    for position, i in enumerate(indices):
                         out[i] = (stream, position, indices[position - 1] if position else None)
             self._inlinable[id(ops)] = out
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
-        inlinable = self._inlinable[id(self.program.ops[rank])]
-        if any(inlinable[i] is not None for i in indices):
+        if self._inlinable[id(self.program.ops[rank])][indices[0]] is not None:
+            # a stream of exclusive calls (all or none of a stream's ops are inlinable)
             return self._settling_stream(rank, stream, indices, durations)
         return super()._process(rank, stream, indices, durations)
 
     def _settling_stream(self, rank: int, stream: str, indices: list[int],
                          durations: list[float]):
-        """The reference stream loop, skipping ops the compute planner has settled
-        inline meanwhile (their end is known before the stream reaches them)."""
+        """The reference stream loop for a stream of exclusive calls, skipping those
+        the compute planner has settled inline meanwhile (their end is known
+        before the stream reaches them)."""
         env, ops, done = self.env, self.program.ops[rank], self.done[rank]
         key = (rank, stream)
         while self._cursor[key] < len(indices):
@@ -84,15 +86,8 @@ class ExclusiveLinks(Gangs):
             if done[i] is not None:  # settled inline meanwhile
                 self._cursor[key] = max(self._cursor[key], pos + 1)
                 continue
-            if op.kind is OpKind.COMPUTE:
-                self._cursor[key], end = self._compute(rank, indices, pos, durations)
-                yield env.timeout(end - env.now)
-                continue
             self._cursor[key] = pos + 1
-            if op.kind is OpKind.COLLECTIVE:
-                yield from self._collective(rank, i, op)
-            else:
-                yield from self._p2p(rank, i, op)
+            yield from self._collective(rank, i, op)
 
     def _collective(self, rank: int, op_index: int, op: Op):
         index = self._group_of[op.group][rank]

@@ -32,8 +32,5 @@ class Folding(Engine):
         super().__init__(*args, **kwargs)
         self.ranks = first_of_each_program(self.program)
 
-    def _expected_arrivals(self) -> dict[tuple[str, int], int]:
-        running = set(self.ranks)
-        return {(dim, g): sum(1 for r in ranks if r in running)
-                for dim, groups in self.program.groups.items()
-                for g, ranks in enumerate(groups)}
+    def _arriving(self) -> set[int]:
+        return set(self.ranks)

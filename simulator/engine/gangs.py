@@ -58,11 +58,8 @@ class Gangs(Engine):
         self.divergence: str | None = None  # the first mate that ended apart, if any
         self._strict = strict  # stop at the first divergence (NotInLockstep)
 
-    def _expected_arrivals(self) -> dict[tuple[str, int], int]:
-        arriving = set(self.ranks) | {m for ms in self._mates.values() for m in ms}
-        return {(dim, g): sum(1 for r in ranks if r in arriving)
-                for dim, groups in self.program.groups.items()
-                for g, ranks in enumerate(groups)}
+    def _arriving(self) -> set[int]:
+        return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
 
     def _collective(self, rank: int, op_index: int, op: Op):
         index = self._group_of[op.group][rank]

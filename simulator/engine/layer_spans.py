@@ -70,16 +70,17 @@ class LayerSpans(BatchedCompute):
 
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float]) -> tuple[int, float]:
-        ops, t = self.program.ops[rank], self.env.now
+        ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
         phases, segs, cum = self._phases[id(ops)], self._segments[id(ops)], self._cum[rank]
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            start = self._ready_at(rank, op, t)
-            if start is None:
-                break
-            t = start
+            if not all(done[d] is not None and done[d] <= t for d in op.deps):
+                start = self._ready_at(rank, op, t)
+                if start is None:
+                    break
+                t = start
             stop, marks, nbytes = segs[pos]
             for q, k in marks:
                 self._finish(rank, k, t + cum[q + 1] - cum[pos])

@@ -42,7 +42,7 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
            batch_compute: bool = True) -> Method:
     """The plug-ins for ``scenario``: compute planning (batching, or layer spans),
     then the fastest exact rank reduction the scenario allows."""
-    base = ("layer_spans",) if scenario.layer_spans else ("batching",) if batch_compute else ()
+    base = _planning(scenario, batch_compute)
     if scenario.fold_ranks:
         return Method((*base, "folding"))
     if scenario.gangs:
@@ -55,8 +55,12 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
 
 def full(scenario: Scenario, batch_compute: bool, because: str) -> Method:
     """Every rank, with the usual compute planning."""
-    base = ("layer_spans",) if scenario.layer_spans else ("batching",) if batch_compute else ()
-    return Method(base, full_because=because)
+    return Method(_planning(scenario, batch_compute), full_because=because)
+
+
+def _planning(scenario: Scenario, batch_compute: bool) -> tuple[str, ...]:
+    """The compute-planning plug-in: layer spans, batching, or none (the reference)."""
+    return ("layer_spans",) if scenario.layer_spans else ("batching",) if batch_compute else ()
 
 
 def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:

@@ -89,7 +89,8 @@ def _flows(spans: pd.DataFrame) -> list[dict]:
         return []
     first = np.r_[True, calls[1:] != calls[:-1]]
     last = np.r_[calls[1:] != calls[:-1], True]
-    size = np.bincount(np.cumsum(first) - 1)[np.cumsum(first) - 1]
+    group = np.cumsum(first) - 1
+    size = np.bincount(group)[group]
     columns = [comm[c].tolist() for c in ("name", "node", "rank", "stream", "start", "end")]
     events = []
     for call, is_first, is_last, n, (name, node, rank, stream, start, end) in zip(
