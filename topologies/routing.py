@@ -37,8 +37,8 @@ class Routing:
         switches = [n for n, d in graph.nodes(data=True) if d.get("kind") == "switch"]
         self._switches = nx.DiGraph(graph.subgraph(switches))
         self._switch_paths: dict[tuple[str, str], list[list[str]]] = {}
-        self._nic_index = {n: i for i, (n, d) in enumerate(graph.nodes(data=True))
-                           if d.get("kind") == "nic"}
+        nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"]
+        self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
         self.server_gpus: dict[int, list[str]] = {}
         for name, data in graph.nodes(data=True):
             if data.get("kind") == "gpu":

@@ -42,12 +42,18 @@ class ExclusiveLinks(Gangs):
     def __init__(self, *args, exclusive: frozenset[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._exclusive = exclusive
-        running = set(self.ranks)
-        self._covered = {(dim, g) for dim in exclusive for g, ranks in enumerate(
-            self.program.groups.get(dim, ())) if any(
-                set(ranks) == {r, *self._mates.get(r, ())} for r in ranks if r in running)}
+        self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
+                         if (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
+
+    def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
+        """The ``dim`` groups of ``rep``'s gang (index, members), if the gang holds
+        every member of each (else [])."""
+        gang = {rep, *self._mates[rep]}
+        indices = sorted({self._group_of[dim][r] for r in gang if r in self._group_of[dim]})
+        groups = [(g, tuple(self.program.groups[dim][g])) for g in indices]
+        return groups if groups and all(gang.issuperset(m) for _, m in groups) else []
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         super()._prepare_rank(rank, durations)
@@ -90,9 +96,8 @@ class ExclusiveLinks(Gangs):
             yield from self._collective(rank, i, op)
 
     def _collective(self, rank: int, op_index: int, op: Op):
-        index = self._group_of[op.group][rank]
-        if (op.group, index) in self._covered:
-            self._alone(rank, op_index, op, index, self.env.now)
+        if (op.group, rank) in self._covered:
+            self._alone(rank, op_index, op, self.env.now)
             return
         yield from super()._collective(rank, op_index, op)
 
@@ -109,8 +114,7 @@ class ExclusiveLinks(Gangs):
         if self._cursor[key] != position:
             return None
         op, done = ops[op_index], self.done[rank]
-        index = self._group_of[op.group][rank]
-        if (op.group, index) not in self._covered:
+        if (op.group, rank) not in self._covered:
             return None
         start = self.env.now
         for d in (*op.deps, previous) if previous is not None else op.deps:
@@ -120,25 +124,41 @@ class ExclusiveLinks(Gangs):
             if end > start:
                 start = end
         self._cursor[key] = position + 1
-        self._alone(rank, op_index, op, index, start)
+        self._alone(rank, op_index, op, start)
         return done[op_index]
 
-    def _alone(self, rank: int, op_index: int, op: Op, index: int, start: float) -> None:
-        """A call on links no other traffic can use, with its whole group here at
-        ``start``: it ends at its isolated time plus latency."""
+    def _alone(self, rank: int, op_index: int, op: Op, start: float) -> None:
+        """A call of every group of ``rank``'s gang on links no other traffic can use,
+        each group whole here at ``start``: each ends at its isolated time plus
+        latency. Each group's call is logged; the gang is in lockstep when all end
+        together."""
+        calls, ends = [], {}
+        for index, members in self._covered[(op.group, rank)]:
+            duration, kind, row = self._alone_call(op, index, members)
+            calls.append((members, start + duration, len(self.collectives)))
+            self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start,
+                                     start + duration))
+            ends.update(dict.fromkeys(members, start + duration))
+        own_end, own_row = next((end, row) for members, end, row in calls if rank in members)
+        for members, _, row in calls:
+            if row != own_row:
+                for mate in members:
+                    self.mate_calls.setdefault(mate, {})[own_row] = row
+        self.spans.append((rank, op.stream, "comm", op.name, start, own_end, op.phase.value,
+                           op.microbatch, op.layer, op.bytes, own_row))
+        if len(calls) > 1:
+            self._check_lockstep(rank, op, ends)
+        self._finish(rank, op_index, max(ends.values()))
+
+    def _alone_call(self, op: Op, index: int, members: tuple[int, ...]) -> tuple:
+        """(isolated duration + latency, collective, log fields) of one group's call."""
         cache_key = (op.group, index, op.collective, op.bytes)
         cached = self._alone_cache.get(cache_key)
         if cached is None:
-            members = self.program.groups[op.group][index]
             lowered = self._lower(op.collective, [self.placement[r] for r in members], op.bytes)
             duration = self.network.isolated(lowered.routes, lowered.sizes,
                                              lowered.key) + lowered.latency
             cached = self._alone_cache[cache_key] = (duration, op.collective.value, (
                 len(members), op.bytes, lowered.algorithm.value, lowered.protocol.value,
                 lowered.channels))
-        duration, kind, row = cached
-        end = start + duration
-        self.spans.append((rank, op.stream, "comm", op.name, start, end, op.phase.value,
-                           op.microbatch, op.layer, op.bytes, len(self.collectives)))
-        self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start, end))
-        self._finish(rank, op_index, end)
+        return cached

@@ -1,24 +1,28 @@
 """Plug-in: one process runs a gang of ranks that execute one op tuple in lockstep.
 
-A gang is a representative rank and its *mates* (a tensor-parallel group:
-its members run the same program on identical inputs). Only the
-representative runs. At every collective or message it also joins, on behalf
-of each mate, the mate's own group, so every group's flows run on the network
-and every call is logged; it finishes when the last of those calls ends. The
-mates' spans are the representative's, copied afterwards (``replicate``), each
-naming its own call in the communication log.
+A gang is a representative rank and its *mates*: ranks that run the same
+program (by default every rank of a pipeline stage, ``program_classes``; or a
+tensor-parallel group, ``tensor_parallel_gangs``). Only the representative
+runs. At every collective or message it also joins, on behalf of each mate,
+the mate's own group, so every group's flows run on the network and every call
+is logged; it finishes when the last of those calls ends. The mates' spans are
+the representative's, copied afterwards (``replicate``), each naming its own
+call in the communication log.
 
 Exactness is checked as the run goes: the mates' timelines equal the
 representative's exactly when every op of a mate completes when the
 representative's own does (a collective when its call ends; a send or receive
-at the later of reaching it and its message's end) (the mates then start every op when it
-does, by induction: same program, same durations, same arrivals). Where one
-ends at another time (an asymmetric fabric), the run reports it (``inexact``)
-and the runner can simulate every rank instead.
+at the later of reaching it and its message's end); the mates then start every
+op when it does, by induction (same program, same durations, same arrivals).
+Where some end at another time (an asymmetric fabric), the run reports it
+(``inexact``) and splits the gang's members by the ends they saw (``in_step``);
+in strict mode the run then raises ``NotInLockstep`` carrying that split, so
+the caller can run again with finer gangs (``experiments.symmetry.refine``).
 
 Contract: ``tests/test_parallelism.py::
-test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank`` (every rank's
-spans, the log and the calls each span names equal the full run's).
+test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank`` and
+``tests/test_symmetry.py`` (every rank's spans, the log and the calls each span
+names equal the full run's).
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ class Gangs(Engine):
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
         self.divergence: str | None = None  # the first mate that ended apart, if any
-        self._strict = strict  # stop at the first divergence (NotInLockstep)
+        self._strict = strict  # raise NotInLockstep at the end if any gang diverged
+        self._parts: dict[int, dict[int, int]] = {}  # rep -> member -> part, once split
 
     def _arriving(self) -> set[int]:
         return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
@@ -71,7 +76,8 @@ class Gangs(Engine):
         arrival = self.env.now
         yield self._all([call.done for call in calls.values()])
         self._record(rank, op, arrival, own.start, own.end, own.row)
-        self._check_lockstep(rank, op, [c.end for c in calls.values()])
+        self._check_lockstep(rank, op, {m: calls[g].end for g, members in groups.items()
+                                        for m in members})
         for g, members in groups.items():
             if g != index:  # mates in other groups: their own call's log row
                 for mate in members:
@@ -90,23 +96,46 @@ class Gangs(Engine):
                      message.end, message.row)
         for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
             self.mate_calls.setdefault(mate, {})[message.row] = other.row
-        self._check_lockstep(rank, op, [max(arrival, m.end) for _, m in mine])
+        self._check_lockstep(rank, op, {r: max(arrival, m.end) for r, (_, m) in zip(
+            (rank, *self._mates[rank]), mine, strict=True)})
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
                 del self._messages[other_key]
 
-    def _check_lockstep(self, rank: int, op: Op, ends: list[float]) -> None:
-        """Note the first op that would end at different times for different mates
-        (``ends``: when each mate's op completes: its call's end, or for a message
-        the later of its arrival at the op and the message's end)."""
-        if self.divergence is None and len(ends) > 1:
-            late, early = max(ends), min(ends)
-            if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
-                self.divergence = (f"tensor-parallel mates of rank {rank} end {op.name} "
-                                   f"({op.group}) {late - early:.3g} s apart")
-                if self._strict:
-                    raise NotInLockstep(self.divergence)
+    def _check_lockstep(self, rank: int, op: Op, ends: dict[int, float]) -> None:
+        """Note an op that ends at different times for different members of a gang
+        (``ends``: when each member's op completes: its call's end, or for a message
+        the later of its arrival at the op and the message's end), and split the
+        gang's members by when it ended for them."""
+        if len(ends) < 2:
+            return
+        late, early = max(ends.values()), min(ends.values())
+        if late - early <= LOCKSTEP_TOLERANCE * max(late, 1e-6):
+            return
+        if self.divergence is None:
+            self.divergence = (f"the ranks rank {rank} stands for end {op.name} "
+                               f"({op.group}) {late - early:.3g} s apart")
+        parts = self._parts.setdefault(rank, dict.fromkeys(ends, 0))
+        together = {m: i for i, group in enumerate(in_step(ends)) for m in group}
+        labels: dict[tuple[int, int], int] = {}
+        for member in sorted(parts):
+            parts[member] = labels.setdefault((parts[member], together[member]), len(labels))
+
+    def run(self):
+        """The run; in strict mode, ``NotInLockstep`` if any gang diverged, with every
+        diverged gang split by the ends its members saw (a guess at the classes that
+        stay in lockstep: the next run checks it)."""
+        result = super().run()
+        if self._strict and self.divergence is not None:
+            split = []
+            for parts in self._parts.values():
+                groups: dict[int, list[int]] = {}
+                for member in sorted(parts):
+                    groups.setdefault(parts[member], []).append(member)
+                split.extend(tuple(g) for g in groups.values())
+            raise NotInLockstep(self.divergence, split)
+        return result
 
     def _inexact(self) -> str | None:
         return self.divergence
@@ -149,6 +178,32 @@ class Gangs(Engine):
 
     def _expander(self):
         return partial(replicate, represents=self._mates, mate_calls=self.mate_calls)
+
+
+def in_step(ends: dict[int, float]) -> list[tuple[int, ...]]:
+    """Ranks grouped by when their op ended (equal within ``LOCKSTEP_TOLERANCE``),
+    each group in rank order, groups ordered by their first rank.
+
+    >>> in_step({0: 1.0, 1: 2.0, 2: 1.0, 3: 2.0 + 1e-12})
+    [(0, 2), (1, 3)]
+    """
+    groups: list[list[int]] = []
+    last = None
+    for rank, end in sorted(ends.items(), key=lambda item: (item[1], item[0])):
+        if last is None or end - last > LOCKSTEP_TOLERANCE * max(end, 1e-6):
+            groups.append([])
+        groups[-1].append(rank)
+        last = end
+    return sorted((tuple(sorted(g)) for g in groups), key=lambda g: g[0])
+
+
+def program_classes(program: Program) -> dict[int, tuple[int, ...]]:
+    """Ranks that run one op tuple (a pipeline stage's tensor- and data-parallel
+    ranks, in Megatron's layouts) as one gang: first rank -> the others."""
+    classes: dict[int, list[int]] = {}
+    for rank, ops in enumerate(program.ops):
+        classes.setdefault(id(ops), []).append(rank)
+    return {ranks[0]: tuple(ranks[1:]) for ranks in classes.values()}
 
 
 def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],

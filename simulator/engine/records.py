@@ -23,7 +23,15 @@ class SimulationError(RuntimeError):
 
 class NotInLockstep(RuntimeError):
     """Ranks simulated as one (a gang) would not run in lockstep: the reduction is
-    not exact for this scenario (raised only when asked to stop at once)."""
+    not exact for this scenario (raised only when asked to stop at once).
+    ``split`` groups the gang's ranks by when the diverging op ended for them."""
+
+    def __init__(self, message: str, split: list[tuple[int, ...]]) -> None:
+        super().__init__(message, split)  # both in args: SimPy re-raises a copy
+        self.split = split
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass

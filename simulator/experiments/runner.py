@@ -168,14 +168,15 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
-    try:
-        result = engine_class(*method.plugins)(program, placement, durations, fabric,
-                                               lowering, **method.options).run()
-    except NotInLockstep as diverged:  # symmetry did not hold: every rank instead
-        method = symmetry.full(scenario, batch_compute, f"{diverged}, so symmetry "
-                                                        "does not hold")
-        result = engine_class(*method.plugins)(program, placement, durations, fabric,
-                                               lowering).run()
+    while True:
+        try:
+            result = engine_class(*method.plugins)(program, placement, durations, fabric,
+                                                   lowering, **method.options).run()
+            break
+        except NotInLockstep as diverged:  # a class's ranks diverged: split it, run again
+            gc.collect()  # the stopped run's processes (cycles) while the collector is off
+            method = symmetry.refine(scenario, method, diverged, batch_compute, fabric,
+                                     placement, program)
     nodes = [fabric.node_of(g) for g in placement]
     spans = _spans(result, nodes)
     gpu = scenario.gpu

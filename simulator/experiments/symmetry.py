@@ -1,19 +1,24 @@
 """Which ranks to simulate: the fastest method that is exact, chosen by default.
 
 With ``simulation.symmetry: auto`` (the default) and no per-rank randomness
-(``cluster.compute_jitter`` 0), the ranks of each tensor-parallel group run
-as one gang (``simulator.engine.gangs``): they run one program on identical
-inputs, so one process can stand for them while every group's collectives and
-messages still run on the fabric. The gang checks its own exactness as it
-runs (every mate's ops end when the representative's do); at the first mate
-that diverges, as on an asymmetric fabric, the gang run stops and the runner
-simulates every rank instead, and says so. ``simulation.symmetry: full``
-always simulates every rank (for checking); ``simulation.fold_ranks`` and
-``simulation.tensor_parallel_gangs`` force a method.
+(``cluster.compute_jitter`` 0), the ranks that run one op tuple (in Megatron's
+layouts, every tensor- and data-parallel rank of a pipeline stage) form a
+class, and one process runs each class as a gang (``simulator.engine.gangs``):
+it joins every member's own collectives and messages, so every group's flows
+still run on the fabric and every call is logged. The gang checks its own
+exactness as it runs: every member's op must end when the representative's
+does. Where members diverge (the fabric treats them differently, e.g. a data
+parallel ring's flow shares an uplink with one replica's pipeline message),
+the run stops, the class is split by when the op ended for each member
+(``refine``), and the run starts again; after ``MAX_REFINEMENTS`` splits every
+rank is simulated. The classes that finish are exact by construction: each
+member's timeline equals its representative's, op by op (same program, same
+durations, same ends, by induction).
 
-The result says what was done: ``"128 of 1,024 ranks simulated, exact by
-symmetry (tensor-parallel gangs, mates verified in lockstep)"`` or ``"all
-ranks: compute jitter breaks symmetry"``.
+``simulation.symmetry: full`` always simulates every rank (for checking);
+``simulation.fold_ranks`` and ``simulation.tensor_parallel_gangs`` force a
+method. The result says what was done: ``"8 of 1,024 ranks simulated, exact by
+symmetry (...)"`` or ``"all ranks: compute jitter breaks symmetry"``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 from simulator.base.ir import Program
 from simulator.config.scenario import Scenario
 from simulator.engine.exclusive import exclusive_dimensions
-from simulator.engine.gangs import tensor_parallel_gangs
+from simulator.engine.gangs import program_classes, tensor_parallel_gangs
+from simulator.engine.records import NotInLockstep
 from simulator.network.fabric import Fabric
 
 
@@ -34,8 +40,11 @@ class Method:
 
     plugins: tuple[str, ...]
     options: dict[str, Any] = field(default_factory=dict)
-    automatic: bool = False  # chosen by symmetry: falls back to every rank if inexact
+    automatic: bool = False  # chosen by symmetry: refined, or every rank, if inexact
     full_because: str = ""  # why every rank is simulated ("" when fewer are)
+    refinements: int = 0  # times the classes were split where ranks diverged
+
+MAX_REFINEMENTS = 12  # tries before simulating every rank (each stops at a divergence)
 
 
 def choose(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
@@ -51,6 +60,34 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     if why:
         return Method(base, full_because=why)
     return _gangs(base, program, placement, fabric, automatic=True)
+
+
+def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
+           batch_compute: bool, fabric: Fabric, placement: list[str],
+           program: Program) -> Method:
+    """The method after an automatic run stopped where a class's ranks diverged:
+    that class split by when the op ended for each rank (``diverged.split``), or
+    every rank once ``MAX_REFINEMENTS`` splits did not give a run in lockstep."""
+    if method.refinements >= MAX_REFINEMENTS:
+        return full(scenario, batch_compute, f"{diverged} (after {method.refinements} "
+                    "splits of the classes), so symmetry does not hold")
+    represents = refined(method.options["represents"], diverged.split)
+    again = _gangs(_planning(scenario, batch_compute), program, placement, fabric, True,
+                   represents)
+    return Method(again.plugins, again.options, True, refinements=method.refinements + 1)
+
+
+def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
+            ) -> dict[int, tuple[int, ...]]:
+    """``represents`` with the class holding ``split``'s ranks replaced by its parts.
+
+    >>> refined({0: (1, 2, 3), 4: (5,)}, [(0, 2), (1, 3)])
+    {4: (5,), 0: (2,), 1: (3,)}
+    """
+    ranks = {r for part in split for r in part}
+    out = {rep: mates for rep, mates in represents.items() if rep not in ranks}
+    out.update({part[0]: part[1:] for part in split})
+    return out
 
 
 def full(scenario: Scenario, batch_compute: bool, because: str) -> Method:
@@ -70,14 +107,16 @@ def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
         return "the reference engine (one event per kernel) was asked for"
     if scenario.compute_jitter > 0:
         return "compute jitter breaks symmetry"
-    if not any(len(group) > 1 for group in program.groups.get("tp", ())):
-        return "no tensor-parallel groups to share a process"
+    if len(program_classes(program)) == program.ranks:
+        return "every rank runs a program of its own"
     return ""
 
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
-           automatic: bool) -> Method:
-    options: dict[str, Any] = {"represents": tensor_parallel_gangs(program),
+           automatic: bool, represents: dict[int, tuple[int, ...]] | None = None) -> Method:
+    if represents is None:
+        represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
+    options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
     exclusive = exclusive_dimensions(program, fabric, placement)
     if exclusive:
@@ -97,6 +136,10 @@ def describe(method: Method, simulated: int, ranks: int, inexact: str | None
                 "ranks' groups use disjoint links, which is not checked)"), False
     if inexact:
         return f"{of}, not exact: {inexact}", False
-    how = "automatic" if method.automatic else "simulation.tensor_parallel_gangs"
-    return (f"{of}, exact by symmetry (tensor-parallel gangs, {how}; mates verified in "
-            "lockstep)"), True
+    if not method.automatic:
+        return (f"{of}, exact by symmetry (simulation.tensor_parallel_gangs; mates "
+                "verified in lockstep)"), True
+    split = (f"; classes split {method.refinements} time(s) where ranks diverged"
+             if method.refinements else "")
+    return (f"{of}, exact by symmetry (one process per class of ranks with one program, "
+            f"verified in lockstep as it ran{split})"), True
