@@ -4,12 +4,15 @@ import dataclasses
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.network.fabric import Fabric, FabricError, Transport
 from topologies import CLUSTERS, NETWORKS, build_cluster
 from topologies.graph_file import GraphFileError, load_graph
 from topologies.networks.dragonfly import dragonfly_links
 from topologies.networks.fat_tree import leaf_spine_shape
+from topologies.routing import shortest_paths
 
 KINDS = ["fat_tree", "fat_tree_3", "rail_optimized", "dragonfly"]
 
@@ -178,3 +181,21 @@ def test_builders_take_keyword_parameters():
     assert graph.out_degree("leaf0") == 16 + 8  # 16 NICs down, 8 aggregation switches up
     with pytest.raises(TypeError):
         build_cluster("dgx-a100", 2, colour="blue")
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 12), p=st.floats(0.1, 0.6), seed=st.integers(0, 10**6))
+def test_shortest_paths_from_one_search_equal_networkx(n, p, seed):
+    """Routing enumerates equal-cost paths from one breadth-first search per source
+    switch; the set equals networkx's all_shortest_paths for every pair."""
+    graph = nx.gnp_random_graph(n, p, seed=seed, directed=True)
+    for source in graph:
+        predecessors = nx.predecessor(graph, source)
+        for target in graph:
+            if target == source:
+                continue
+            mine = sorted(shortest_paths(predecessors, source, target))
+            if nx.has_path(graph, source, target):
+                assert mine == sorted(nx.all_shortest_paths(graph, source, target))
+            else:
+                assert mine == []

@@ -251,3 +251,35 @@ def test_trace_ranks_takes_every_stage():
     chosen = trace_ranks(64, stages)
     assert len(chosen) == 8 and sorted({stages[r] for r in chosen}) == [0, 1, 2, 3]
     assert len(trace_ranks(640, tuple(r // 20 for r in range(640)))) == 32  # one per stage
+
+
+def test_a_folded_run_keeps_one_timeline_per_class_and_expands_any_rank(tmp_path,
+                                                                        monkeypatch):
+    """Above EXPAND_SPANS the run keeps each class's representative's spans; the
+    per-rank and per-stream tables, any rank's spans (with its own log rows) and
+    the directory's gantt/trace --ranks equal the fully expanded run's."""
+    from simulator.experiments import runner
+
+    scenario = tiny(tp=2, pp=2, dp=4, zero=1)
+    whole = run(copy.deepcopy(scenario))
+    monkeypatch.setattr(runner, "EXPAND_SPANS", 10)
+    folded = run(copy.deepcopy(scenario))
+    assert folded.folded is not None and folded.spans["rank"].nunique() == 2
+    pd.testing.assert_frame_equal(folded.ranks(), whole.ranks())
+    pd.testing.assert_frame_equal(folded.streams(), whole.streams())
+    some = [3, 6, 13]
+    expected = whole.spans[whole.spans["rank"].isin(some)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(folded.spans_of(some), expected, check_categorical=False)
+    out = tmp_path / "folded"
+    run_dir.write(folded, out)
+    assert (out / "classes.csv").exists()
+    back = run_dir.read(out)
+    pd.testing.assert_frame_equal(back.spans_of(some).reset_index(drop=True), expected,
+                                  check_categorical=False, check_dtype=False)
+    assert main(["trace", str(out), "--ranks", "13", "--out", str(tmp_path / "t.json")]) == 0
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["args"]["rank"] for e in events if e["ph"] == "X"} == {13}
+    assert main(["gantt", str(out), "--ranks", "12-15", "--out", str(tmp_path / "g.png")]) == 0
+    assert main(["gantt", str(out), "--out", str(tmp_path / "all.png")]) == 0
+    rows, total = choose_rows(back.spans, classes=back.classes())
+    assert total == 2 and sorted(r for row in rows for r in row.ranks) == list(range(16))

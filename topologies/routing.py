@@ -37,6 +37,7 @@ class Routing:
         switches = [n for n, d in graph.nodes(data=True) if d.get("kind") == "switch"]
         self._switches = nx.DiGraph(graph.subgraph(switches))
         self._switch_paths: dict[tuple[str, str], list[list[str]]] = {}
+        self._bfs: dict[str, dict[str, list[str]]] = {}  # source switch -> predecessors
         nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"]
         self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
         self.server_gpus: dict[int, list[str]] = {}
@@ -73,9 +74,36 @@ class Routing:
             if a == b:
                 paths = [[a]]
             else:
-                try:
-                    paths = sorted(nx.all_shortest_paths(self._switches, a, b))
-                except nx.NetworkXNoPath:
-                    raise RoutingError(f"no switch path from {a} to {b}") from None
+                paths = sorted(shortest_paths(self._predecessors(a), a, b))
+                if not paths:
+                    raise RoutingError(f"no switch path from {a} to {b}")
             self._switch_paths[key] = paths
         return self._switch_paths[key]
+
+    def _predecessors(self, source: str) -> dict[str, list[str]]:
+        """Each switch's predecessors on shortest paths from ``source``: one
+        breadth-first search per source switch, shared by all its destinations."""
+        if source not in self._bfs:
+            self._bfs[source] = nx.predecessor(self._switches, source)
+        return self._bfs[source]
+
+
+def shortest_paths(predecessors: dict[str, list[str]], source: str, target: str
+                   ) -> list[list[str]]:
+    """Every shortest path from ``source`` to ``target`` given a breadth-first
+    search's predecessor lists (``networkx.predecessor``); [] if unreachable.
+
+    >>> shortest_paths({"a": [], "x": ["a"], "y": ["a"], "b": ["x", "y"]}, "a", "b")
+    [['a', 'x', 'b'], ['a', 'y', 'b']]
+    """
+    if target not in predecessors:
+        return []
+    paths, stack = [], [[target]]
+    while stack:
+        partial = stack.pop()
+        head = partial[-1]
+        if head == source:
+            paths.append(partial[::-1])
+        else:
+            stack.extend([*partial, p] for p in reversed(predecessors[head]))
+    return paths

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         ratio = f"{vb / va:8.3f}" if va else f"{'-':>8}"
         print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
-    total = int(max(a.spans["rank"].max(), b.spans["rank"].max())) + 1
+    total = max(len(a.placement), len(b.placement))
     out = options.figure(args.out or b.path / "compare.png", "--out")
     save(compare_figure(a.spans, b.spans, names, options.ranks_option(args.ranks, total)),
          out)

@@ -30,13 +30,16 @@ def run(args: argparse.Namespace) -> int:
     from simulator.outputs.gantt import plot_gantt
 
     finished = run_dir.read(args.run_dir)
-    total = int(finished.spans["rank"].max()) + 1
+    total = len(finished.placement)
     start, end = options.time_option(args.start, "--from"), options.time_option(args.end, "--to")
     if start is not None and end is not None and end <= start:
         raise ScenarioError(f"--to: {args.end} must be later than --from {args.start}")
     out = options.figure(args.out or finished.path / f"gantt.{args.format}", "--out")
-    plot_gantt(finished.spans, out, finished.name, ranks=options.ranks_option(args.ranks, total),
-               start=start, end=end, streams=args.streams,
-               group=False if args.no_group else None, breakdown=not args.no_breakdown)
+    ranks = options.ranks_option(args.ranks, total)
+    spans = finished.spans if ranks is None else finished.spans_of(ranks)
+    plot_gantt(spans, out, finished.name, ranks=ranks, start=start, end=end,
+               streams=args.streams, group=False if args.no_group else None,
+               breakdown=not args.no_breakdown,
+               classes=finished.classes() if ranks is None else None)
     print(out)
     return 0

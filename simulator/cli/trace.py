@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     finished = run_dir.read(args.run_dir)
     total = len(finished.placement)
     ranks = options.ranks_option(args.ranks, total) or list(range(total))
-    spans = finished.spans[finished.spans["rank"].isin(ranks)]
+    spans = finished.spans_of(ranks)
     label = (args.ranks or "all").replace(",", "_")
     out = Path(args.out) if args.out else finished.path / f"trace-{label}.json"
     exports.write_chrome_trace(spans, finished.placement, out, finished.comms)

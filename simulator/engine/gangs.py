@@ -27,7 +27,7 @@ names equal the full run's).
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -177,7 +177,49 @@ class Gangs(Engine):
         return plan
 
     def _expander(self):
-        return partial(replicate, represents=self._mates, mate_calls=self.mate_calls)
+        return Folded(self._mates, self.mate_calls)
+
+
+@dataclass
+class Folded:
+    """Which rank stands for which (``represents``: representative -> mates) and
+    each mate's own log rows (``mate_calls``): enough to expand the
+    representatives' spans into any rank's, exactly, when asked."""
+
+    represents: dict[int, tuple[int, ...]]
+    mate_calls: dict[int, dict[int, int]]
+
+    def __call__(self, spans: pd.DataFrame, nodes: list[int]) -> pd.DataFrame:
+        """Every rank's spans."""
+        return replicate(spans, self.represents, nodes, self.mate_calls)
+
+    def ranks(self, spans: pd.DataFrame, ranks: list[int], nodes: list[int]) -> pd.DataFrame:
+        """The spans of ``ranks`` only, each copied from its representative."""
+        wanted = set(ranks)
+        subset = {rep: tuple(m for m in mates if m in wanted)
+                  for rep, mates in self.represents.items()
+                  if rep in wanted or wanted.intersection(mates)}
+        out = replicate(spans, subset, nodes, self.mate_calls)
+        return out[out["rank"].isin(wanted)].reset_index(drop=True)
+
+    def representative(self) -> dict[int, int]:
+        """rank -> the rank whose spans it has."""
+        return {m: rep for rep, mates in self.represents.items() for m in (rep, *mates)}
+
+    def expand_rows(self, table: pd.DataFrame) -> pd.DataFrame:
+        """A per-rank table of representatives (column ``rank``) with a row for every
+        rank: each rank gets its representative's figures."""
+        of = self.representative()
+        ranks = np.array(sorted(of), dtype=np.int64)
+        reps = np.array([of[r] for r in ranks], dtype=np.int64)
+        parts = []
+        for rep, block in table.groupby("rank", sort=True):
+            mine = ranks[reps == rep]
+            copy = block.loc[block.index.repeat(len(mine))].copy()
+            copy["rank"] = np.tile(mine, len(block))
+            parts.append(copy)
+        return (pd.concat(parts).sort_values(["rank"], kind="stable")
+                .reset_index(drop=True)) if parts else table
 
 
 def in_step(ends: dict[int, float]) -> list[tuple[int, ...]]:

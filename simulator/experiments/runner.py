@@ -21,6 +21,7 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
+from simulator.engine.gangs import Folded
 from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS, NotInLockstep
 from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
@@ -40,6 +41,13 @@ class RunResult:
     memory: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # rank -> (times, bytes)
     extra: dict[str, Any] = field(default_factory=dict)
     _context: tuple | None = field(default=None, repr=False)  # (groups, fabric, lowering)
+    folded: Folded | None = None  # set when ``spans`` hold one rank per class only
+
+    def spans_of(self, ranks: list[int]) -> pd.DataFrame:
+        """The spans of ``ranks``, expanded from their classes in a folded run."""
+        if self.folded is None:
+            return self.spans[self.spans["rank"].isin(ranks)]
+        return self.folded.ranks(self.spans, ranks, self.node_of_rank)
 
     def traffic(self) -> dict:
         """Link traffic per server over time: (server, counter) -> (times, GB/s)."""
@@ -57,7 +65,13 @@ class RunResult:
         from simulator.outputs.gantt import figure
         from simulator.outputs.style import save
 
-        fig = figure(self.spans, self.scenario.name, **options)
+        spans, classes = self.spans, None
+        if self.folded is not None:
+            if options.get("ranks"):
+                spans = self.spans_of(options["ranks"])
+            else:
+                classes = [[rep, *mates] for rep, mates in self.folded.represents.items()]
+        fig = figure(spans, self.scenario.name, classes=classes, **options)
         if path is not None:
             save(fig, path)
         return fig
@@ -73,13 +87,15 @@ class RunResult:
         bubble, idle): one row per rank."""
         from simulator.analysis.timeline import rank_table
 
-        return rank_table(self.spans, self.summary["iteration_time_s"])
+        table = rank_table(self.spans, self.summary["iteration_time_s"])
+        return table if self.folded is None else self.folded.expand_rows(table)
 
     def streams(self):
         """Per (rank, stream): busy, overlapped, exposed and waiting time."""
         from simulator.analysis.timeline import stream_table
 
-        return stream_table(self.spans)
+        table = stream_table(self.spans)
+        return table if self.folded is None else self.folded.expand_rows(table)
 
     def memory_plot(self, path: str) -> None:
         """Write memory over time, one line per pipeline stage, to ``path``."""
@@ -108,6 +124,7 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
 
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
+EXPAND_SPANS = 4_000_000  # a folded run's spans are copied to every rank up to this many
 
 
 def _spans(result, nodes: list[int]) -> pd.DataFrame:
@@ -183,8 +200,12 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     ranks = result.ranks
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks)
+    folded = None
     if result.expand is not None:
-        spans = result.expand(spans, nodes=nodes)
+        if len(spans) * program.ranks <= EXPAND_SPANS * len(ranks):
+            spans = result.expand(spans, nodes=nodes)
+        else:  # keep one timeline per class; any rank's is expanded when asked for
+            folded = result.expand
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                    **program.notes, events=result.events,
@@ -193,7 +214,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     memory, stages = _stage_memory(program, result, ranks)
     return RunResult(scenario, summary, spans, _comms(result.collectives), list(placement),
                      nodes, memory, {"stage": stages, "stage_of": program.stage},
-                     (program.groups, fabric, lowering))
+                     (program.groups, fabric, lowering), folded)
 
 
 def _comms(rows: list[tuple]) -> pd.DataFrame:

@@ -119,7 +119,8 @@ def _shorten(text: str, limit: int = 22) -> str:
 
 def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,
                 streams: bool = False, group: bool | None = None,
-                limit: int = MAX_ROWS) -> tuple[list[Row], int]:
+                limit: int = MAX_ROWS, classes: list[list[int]] | None = None
+                ) -> tuple[list[Row], int]:
     """The rows to draw and how many rank rows there were before thinning.
 
     Identical ranks share a row when ``group`` (default: more than
@@ -129,8 +130,12 @@ def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,
     frame = spans if ranks is None else spans[spans["rank"].isin(ranks)]
     if group is None:
         group = ranks is None and frame["rank"].nunique() > GROUP_ABOVE
-    members = identical_ranks(frame) if group else [[int(r)] for r in
-                                                      sorted(frame["rank"].unique())]
+    if classes is not None:  # a folded run: spans of each class's first rank only
+        members = sorted((sorted(c) for c in classes), key=lambda c: c[0])
+    elif group:
+        members = identical_ranks(frame)
+    else:
+        members = [[int(r)] for r in sorted(frame["rank"].unique())]
     total = len(members)
     if total > limit:
         picks = sorted(set(np.linspace(0, total - 1, limit).round().astype(int)))
@@ -305,10 +310,13 @@ def _title(title: str, rows: list[Row], total: int, ranks: int) -> str:
 
 def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
            start: float | None = None, end: float | None = None, streams: bool = False,
-           group: bool | None = None, breakdown: bool = True) -> Figure:
-    """The Gantt chart of ``spans`` as a matplotlib Figure (see the module doc)."""
+           group: bool | None = None, breakdown: bool = True,
+           classes: list[list[int]] | None = None) -> Figure:
+    """The Gantt chart of ``spans`` as a matplotlib Figure (see the module doc);
+    ``classes``: a folded run's ranks by class, when ``spans`` hold only the first
+    rank of each (each class is one row)."""
     iteration = float(spans["end"].max())
-    rows, total = choose_rows(spans, ranks, streams, group)
+    rows, total = choose_rows(spans, ranks, streams, group, classes=classes)
     frame = _window(spans[spans["rank"].isin({r.ranks[0] for r in rows})], start, end)
     lo = 0.0 if start is None else start
     hi = iteration if end is None else end
@@ -321,7 +329,9 @@ def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
     used = draw(ax, frame, rows, scale)
     ax.set_xlim(lo * scale, hi * scale)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_title(_title(title, rows, total, spans["rank"].nunique()), fontsize=9)
+    ranks_in_run = (sum(map(len, classes)) if classes is not None
+                    else spans["rank"].nunique())
+    ax.set_title(_title(title, rows, total, ranks_in_run), fontsize=9)
     _legend(fig, used)
     if grid is not None:
         side = fig.add_subplot(grid[0, 1], sharey=ax)

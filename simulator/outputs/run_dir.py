@@ -11,6 +11,11 @@
     ranks.csv           per-rank time breakdown (simulator.analysis.timeline.rank_table)
     streams.csv         per (rank, stream) busy/overlap/exposed/wait
     critical_path.csv   the chain of spans that sets the iteration time
+    classes.csv         a folded run (more than EXPAND_SPANS spans in all): each rank
+                        and the rank whose spans it has (spans.parquet holds those
+                        only); mate_calls.parquet maps each rank's copied log rows
+                        to its own; ``gantt --ranks`` and ``trace --ranks`` expand
+                        any rank from them
     trace.json          Chrome/Perfetto trace with flows and counters, for every rank
                         while the run has at most TRACE_SPANS spans, else for
                         TRACE_RANKS ranks spread over the pipeline stages
@@ -24,12 +29,13 @@ simulating again.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from simulator.engine.gangs import Folded
 from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
@@ -52,6 +58,20 @@ class FinishedRun:
     spans: pd.DataFrame
     comms: pd.DataFrame
     placement: list[str]  # the GPU of each rank
+    nodes: list[int] = field(default_factory=list)  # the server of each rank
+    folded: Folded | None = None  # spans hold one rank per class (see classes.csv)
+
+    def spans_of(self, ranks: list[int]) -> pd.DataFrame:
+        """The spans of ``ranks``, expanded from their classes in a folded run."""
+        if self.folded is None:
+            return self.spans[self.spans["rank"].isin(ranks)]
+        return self.folded.ranks(self.spans, ranks, self.nodes)
+
+    def classes(self) -> list[list[int]] | None:
+        """A folded run's ranks, class by class (None when every rank's spans are here)."""
+        if self.folded is None:
+            return None
+        return [[rep, *mates] for rep, mates in self.folded.represents.items()]
 
 
 def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
@@ -91,16 +111,45 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     exports.write_table(result.ranks(), out / "ranks.csv")
     exports.write_table(result.streams(), out / "streams.csv")
     exports.write_table(result.critical_path(), out / "critical_path.csv")
+    if result.folded is not None:
+        _write_folded(result.folded, out)
     counters = exports.memory_counters(result.memory, result.node_of_rank)
     counters.update(result.traffic())
     spans = result.spans
-    if len(spans) > TRACE_SPANS:
+    if len(spans) > TRACE_SPANS or result.folded is not None:
         chosen = trace_ranks(len(result.placement), tuple(result.extra.get("stage_of", ())))
-        spans = spans[spans["rank"].isin(chosen)]
+        spans = result.spans_of(chosen)
     exports.write_chrome_trace(spans, result.placement, out / "trace.json", result.comms,
                                counters)
     result.gantt(str(out / f"gantt.{fmt}"))
     result.memory_plot(str(out / f"memory.{fmt}"))
+
+
+def _write_folded(folded: Folded, out: Path) -> None:
+    of = folded.representative()
+    pd.DataFrame({"rank": sorted(of), "representative": [of[r] for r in sorted(of)]}).to_csv(
+        out / "classes.csv", index=False)
+    rows = [(mate, rep_row, own) for mate, calls in sorted(folded.mate_calls.items())
+            for rep_row, own in calls.items()]
+    exports.write_table(pd.DataFrame(rows, columns=["rank", "copied_call", "call"]),
+                        out / "mate_calls.parquet")
+
+
+def _read_folded(path: Path) -> Folded | None:
+    if not (path / "classes.csv").exists():
+        return None
+    classes = pd.read_csv(path / "classes.csv")
+    represents: dict[int, list[int]] = {}
+    for rank, rep in zip(classes["rank"], classes["representative"], strict=True):
+        members = represents.setdefault(int(rep), [])
+        if rank != rep:
+            members.append(int(rank))
+    calls = pd.read_parquet(path / "mate_calls.parquet")
+    mate_calls: dict[int, dict[int, int]] = {}
+    for rank, copied, own in zip(calls["rank"], calls["copied_call"], calls["call"],
+                                 strict=True):
+        mate_calls.setdefault(int(rank), {})[int(copied)] = int(own)
+    return Folded({r: tuple(m) for r, m in represents.items()}, mate_calls)
 
 
 def read(path: str | Path) -> FinishedRun:
@@ -117,11 +166,14 @@ def read(path: str | Path) -> FinishedRun:
         comms = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(path / "comms.csv")
         scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
         where = path / "placement.csv"
-        placement = (pd.read_csv(where)["gpu"].astype(str).tolist() if where.exists() else
+        table = pd.read_csv(where) if where.exists() else None
+        placement = (table["gpu"].astype(str).tolist() if table is not None else
                      [f"rank {r}" for r in range(int(spans["rank"].max()) + 1)])
+        nodes = table["node"].astype(int).tolist() if table is not None else []
+        folded = _read_folded(path)
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise RunDirError(f"{path}: cannot read the run ({error})") from None
     for column in TEXT_COLUMNS:
         spans[column] = spans[column].astype(str).astype("category")
     return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms,
-                       placement)
+                       placement, nodes, folded)
