@@ -2,12 +2,11 @@
 global batch 1536 (96 micro-batches per pipeline), one iteration, every rank.
 
 Every rank's timeline is computed and every collective and pipeline message
-of every group runs on the fabric; the eight ranks of each tensor-parallel
-group share one process in lockstep (``simulation.tensor_parallel_gangs``), and
-compute spans are kept per layer (``simulation.span_detail: layer``). On this
-fat tree the mates' pipeline messages do not always arrive together, so the
-run reports itself as not exact (the gang takes the latest of its mates);
-``--exact`` simulates every rank instead (minutes and several GiB).
+of every group runs on the fabric; by default (``simulation.symmetry: auto``)
+the ranks of each pipeline stage share one process in lockstep, split where
+the fat tree treats some replicas differently (the run says how), and compute
+spans are kept per layer (``simulation.span_detail: layer``). ``--exact``
+simulates every rank instead (minutes and several GiB).
 
 Prints wall time, SimPy events, spans and peak resident memory.
 Targets: under 30 s and under 4 GiB on one core.
@@ -29,8 +28,7 @@ def scenario(dp: int, full: bool = False) -> dict:
         "model": {"preset": "gpt3-175b"},
         "training": {"seq_len": 2048, "global_batch": 96 * dp, "micro_batch": 1},
         "parallelism": {"tp": 8, "pp": 8, "dp": dp, "schedule": "1f1b"},
-        "simulation": ({"symmetry": "full"} if full else {"tensor_parallel_gangs": True})
-        | {"span_detail": "layer"},
+        "simulation": ({"symmetry": "full"} if full else {}) | {"span_detail": "layer"},
     }
 
 
