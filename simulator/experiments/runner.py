@@ -124,7 +124,7 @@ def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
 
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
-EXPAND_SPANS = 4_000_000  # a folded run's spans are copied to every rank up to this many
+EXPAND_SPANS = 1_000_000  # a folded run's spans are copied to every rank up to this many
 
 
 def _spans(result, nodes: list[int]) -> pd.DataFrame:
