@@ -197,7 +197,8 @@ def test_ctrl_c_leaves_a_consistent_table_and_the_sweep_resumes(tmp_path):
 
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump({**BASE, "model": {"preset": "gpt3-1.3b"},
-                                    "training": {"seq_len": 2048, "global_batch": 64}}))
+                                    "training": {"seq_len": 2048, "global_batch": 64},
+                                    "simulation": {"symmetry": "full"}}))  # slow enough
     out = tmp_path / "out"
     command = [sys.executable, "-m", "simulator", "sweep", str(base), "--out", str(out),
                "--workers", "1", "--grid", "cluster.nic_bandwidth=" + ",".join(
