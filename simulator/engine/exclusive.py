@@ -132,13 +132,12 @@ class ExclusiveLinks(Gangs):
         each group whole here at ``start``: each ends at its isolated time plus
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
-        calls, ends = [], {}
+        calls = []
         for index, members in self._covered[(op.group, rank)]:
             duration, kind, row = self._alone_call(op, index, members)
             calls.append((members, start + duration, len(self.collectives)))
             self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start,
                                      start + duration))
-            ends.update(dict.fromkeys(members, start + duration))
         own_end, own_row = next((end, row) for members, end, row in calls if rank in members)
         for members, _, row in calls:
             if row != own_row:
@@ -146,9 +145,8 @@ class ExclusiveLinks(Gangs):
                     self.mate_calls.setdefault(mate, {})[own_row] = row
         self.spans.append((rank, op.stream, "comm", op.name, start, own_end, op.phase.value,
                            op.microbatch, op.layer, op.bytes, own_row))
-        if len(calls) > 1:
-            self._check_lockstep(rank, op, ends)
-        self._finish(rank, op_index, max(ends.values()))
+        self._check_lockstep(rank, op, [(members, end) for members, end, _ in calls])
+        self._finish(rank, op_index, max(end for _, end, _ in calls))
 
     def _alone_call(self, op: Op, index: int, members: tuple[int, ...]) -> tuple:
         """(isolated duration + latency, collective, log fields) of one group's call."""

@@ -27,6 +27,7 @@ names equal the full run's).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,8 +77,8 @@ class Gangs(Engine):
         arrival = self.env.now
         yield self._all([call.done for call in calls.values()])
         self._record(rank, op, arrival, own.start, own.end, own.row)
-        self._check_lockstep(rank, op, {m: calls[g].end for g, members in groups.items()
-                                        for m in members})
+        self._check_lockstep(rank, op, [(members, calls[g].end)
+                                        for g, members in groups.items()])
         for g, members in groups.items():
             if g != index:  # mates in other groups: their own call's log row
                 for mate in members:
@@ -96,28 +97,32 @@ class Gangs(Engine):
                      message.end, message.row)
         for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
             self.mate_calls.setdefault(mate, {})[message.row] = other.row
-        self._check_lockstep(rank, op, {r: max(arrival, m.end) for r, (_, m) in zip(
-            (rank, *self._mates[rank]), mine, strict=True)})
+        self._check_lockstep(rank, op, [((r,), max(arrival, m.end)) for r, (_, m) in zip(
+            (rank, *self._mates[rank]), mine, strict=True)])
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
                 del self._messages[other_key]
 
-    def _check_lockstep(self, rank: int, op: Op, ends: dict[int, float]) -> None:
+    def _check_lockstep(self, rank: int, op: Op,
+                        ends: list[tuple[Sequence[int], float]]) -> None:
         """Note an op that ends at different times for different members of a gang
-        (``ends``: when each member's op completes: its call's end, or for a message
-        the later of its arrival at the op and the message's end), and split the
-        gang's members by when it ended for them."""
+        (``ends``: members and when the op completes for them: their call's end, or
+        for a message the later of its arrival at the op and the message's end),
+        and split the gang's members by when it ended for them. (A hot path: the
+        members are looked at only when the ends differ.)"""
         if len(ends) < 2:
             return
-        late, early = max(ends.values()), min(ends.values())
+        times = [end for _, end in ends]
+        late, early = max(times), min(times)
         if late - early <= LOCKSTEP_TOLERANCE * max(late, 1e-6):
             return
         if self.divergence is None:
             self.divergence = (f"the ranks rank {rank} stands for end {op.name} "
                                f"({op.group}) {late - early:.3g} s apart")
-        parts = self._parts.setdefault(rank, dict.fromkeys(ends, 0))
-        together = {m: i for i, group in enumerate(in_step(ends)) for m in group}
+        by_member = {m: end for members, end in ends for m in members}
+        parts = self._parts.setdefault(rank, dict.fromkeys(by_member, 0))
+        together = {m: i for i, group in enumerate(in_step(by_member)) for m in group}
         labels: dict[tuple[int, int], int] = {}
         for member in sorted(parts):
             parts[member] = labels.setdefault((parts[member], together[member]), len(labels))
@@ -201,6 +206,10 @@ class Folded:
                   if rep in wanted or wanted.intersection(mates)}
         out = replicate(spans, subset, nodes, self.mate_calls)
         return out[out["rank"].isin(wanted)].reset_index(drop=True)
+
+    def classes(self) -> list[list[int]]:
+        """Each class's ranks, its representative first."""
+        return [[rep, *mates] for rep, mates in self.represents.items()]
 
     def representative(self) -> dict[int, int]:
         """rank -> the rank whose spans it has."""

@@ -22,9 +22,9 @@ class SimulationError(RuntimeError):
 
 
 class NotInLockstep(RuntimeError):
-    """Ranks simulated as one (a gang) would not run in lockstep: the reduction is
-    not exact for this scenario (raised only when asked to stop at once).
-    ``split`` groups the gang's ranks by when the diverging op ended for them."""
+    """Ranks simulated as one (a gang) did not run in lockstep: the reduction is not
+    exact for this scenario (raised at the end of a strict gang run). ``split``
+    groups each diverged gang's ranks by the ends they saw."""
 
     def __init__(self, message: str, split: list[tuple[int, ...]]) -> None:
         super().__init__(message, split)  # both in args: SimPy re-raises a copy

@@ -70,7 +70,7 @@ class RunResult:
             if options.get("ranks"):
                 spans = self.spans_of(options["ranks"])
             else:
-                classes = [[rep, *mates] for rep, mates in self.folded.represents.items()]
+                classes = self.folded.classes()
         fig = figure(spans, self.scenario.name, classes=classes, **options)
         if path is not None:
             save(fig, path)
@@ -192,8 +192,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
             break
         except NotInLockstep as diverged:  # a class's ranks diverged: split it, run again
             gc.collect()  # the stopped run's processes (cycles) while the collector is off
-            method = symmetry.refine(scenario, method, diverged, batch_compute, fabric,
-                                     placement, program)
+            method = symmetry.refine(scenario, method, diverged, batch_compute)
     nodes = [fabric.node_of(g) for g in placement]
     spans = _spans(result, nodes)
     gpu = scenario.gpu

@@ -9,7 +9,7 @@ still run on the fabric and every call is logged. The gang checks its own
 exactness as it runs: every member's op must end when the representative's
 does. Where members diverge (the fabric treats them differently, e.g. a data
 parallel ring's flow shares an uplink with one replica's pipeline message),
-the run stops, the class is split by when the op ended for each member
+the run finishes, each diverged class is split by the ends its members saw
 (``refine``), and the run starts again; after ``MAX_REFINEMENTS`` splits every
 rank is simulated. The classes that finish are exact by construction: each
 member's timeline equals its representative's, op by op (same program, same
@@ -44,7 +44,8 @@ class Method:
     full_because: str = ""  # why every rank is simulated ("" when fewer are)
     refinements: int = 0  # times the classes were split where ranks diverged
 
-MAX_REFINEMENTS = 12  # tries before simulating every rank (each stops at a divergence)
+
+MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more run)
 
 
 def choose(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
@@ -63,18 +64,16 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
 
 
 def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
-           batch_compute: bool, fabric: Fabric, placement: list[str],
-           program: Program) -> Method:
-    """The method after an automatic run stopped where a class's ranks diverged:
-    that class split by when the op ended for each rank (``diverged.split``), or
+           batch_compute: bool) -> Method:
+    """The method after an automatic run whose classes diverged: the same plug-ins
+    with those classes split by the ends their ranks saw (``diverged.split``), or
     every rank once ``MAX_REFINEMENTS`` splits did not give a run in lockstep."""
     if method.refinements >= MAX_REFINEMENTS:
         return full(scenario, batch_compute, f"{diverged} (after {method.refinements} "
                     "splits of the classes), so symmetry does not hold")
-    represents = refined(method.options["represents"], diverged.split)
-    again = _gangs(_planning(scenario, batch_compute), program, placement, fabric, True,
-                   represents)
-    return Method(again.plugins, again.options, True, refinements=method.refinements + 1)
+    options = {**method.options,
+               "represents": refined(method.options["represents"], diverged.split)}
+    return Method(method.plugins, options, True, refinements=method.refinements + 1)
 
 
 def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
@@ -113,9 +112,8 @@ def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
 
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
-           automatic: bool, represents: dict[int, tuple[int, ...]] | None = None) -> Method:
-    if represents is None:
-        represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
+           automatic: bool) -> Method:
+    represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
     options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
     exclusive = exclusive_dimensions(program, fabric, placement)

@@ -69,9 +69,7 @@ class FinishedRun:
 
     def classes(self) -> list[list[int]] | None:
         """A folded run's ranks, class by class (None when every rank's spans are here)."""
-        if self.folded is None:
-            return None
-        return [[rep, *mates] for rep, mates in self.folded.represents.items()]
+        return None if self.folded is None else self.folded.classes()
 
 
 def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
