@@ -220,22 +220,35 @@ def test_merged_intervals_cover_the_originals_and_keep_their_gaps(pairs, gap):
 
 
 def test_a_large_run_writes_parquet_spans_and_a_bounded_trace(tmp_path, monkeypatch):
-    """Above the thresholds: no spans.csv (Parquet holds every span), a trace of a
-    few ranks from every stage; ``clustersim trace`` writes any ranks on demand,
-    and the Gantt and comms commands read the Parquet table back."""
-    monkeypatch.setattr(run_dir, "CSV_SPANS", 10)
+    """Above the thresholds: no spans.csv or comms.csv (Parquet holds every span and
+    call), a trace of a few ranks from every stage, one slice per layer pass when
+    those ranks have too many spans; ``clustersim trace`` writes any ranks kernel
+    by kernel on demand, and the Gantt and comms commands read the Parquet back."""
+    monkeypatch.setattr(run_dir, "CSV_ROWS", 10)
     monkeypatch.setattr(run_dir, "TRACE_SPANS", 10)
     monkeypatch.setattr(run_dir, "TRACE_RANKS", 4)
     result = run(tiny(tp=2, pp=4, dp=2))
     out = tmp_path / "big"
     run_dir.write(result, out)
-    assert not (out / "spans.csv").exists()
+    assert not (out / "spans.csv").exists() and not (out / "comms.csv").exists()
     back = run_dir.read(out)
     assert len(back.spans) == len(result.spans) and back.placement == result.placement
-    traced = {e["args"]["rank"] for e in json.loads((out / "trace.json").read_text())[
-        "traceEvents"] if e["ph"] == "X"}
+    assert back.comms["end"].tolist() == result.comms["end"].tolist()
+    trace = json.loads((out / "trace.json").read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    traced = {e["args"]["rank"] for e in slices}
     stage_of = result.extra["stage_of"]
     assert len(traced) == 4 and {stage_of[r] for r in traced} == {0, 1, 2, 3}
+    assert trace["otherData"] == {"detail": "layer", "ranks": sorted(traced)}
+    kernels = result.spans_of(sorted(traced))
+    assert len(slices) < len(kernels)  # one slice per layer pass and stream
+    layer = kernels[kernels["layer"] >= 0]
+    passes = layer.groupby(["rank", "stream", "kind", "phase", "microbatch", "layer"],
+                           observed=True).agg(start=("start", "min"), end=("end", "max"))
+    merged = {(e["args"]["rank"], e["ts"], e["dur"]) for e in slices}
+    for (rank, *_), row in passes.iterrows():
+        assert (rank, round(row["start"] * 1e6, 6),
+                round((row["end"] - row["start"]) * 1e6, 6)) in merged
     assert main(["trace", str(out), "--ranks", "5,9", "--out", str(tmp_path / "t.json")]) == 0
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert {e["args"]["rank"] for e in events if e["ph"] == "X"} == {5, 9}

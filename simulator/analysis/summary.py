@@ -73,10 +73,12 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dic
 
 
 def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: float,
-              gpu_memory: float, simulated: Sequence[int] | None = None) -> dict[str, object]:
+              gpu_memory: float, simulated: Sequence[int] | None = None,
+              path: pd.DataFrame | None = None) -> dict[str, object]:
     """Summary of one simulated iteration (without ``events``/``wall_s``, added by run).
 
-    ``simulated``: the ranks that ran (all, or the representatives when folded).
+    ``simulated``: the ranks that ran (all, or the representatives when folded);
+    ``path``: the critical path of ``spans``, when the caller has it already.
     """
     iteration = float(spans["end"].max())
     rank_end = spans.groupby("rank")["end"].max()
@@ -100,7 +102,9 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
     }
     summary.update(rank_breakdown(spans, critical, iteration))
     stage_of = dict(enumerate(program.stage)) if program.stage else None
-    summary["critical_path"] = critical_path.shares(critical_path.critical_path(spans), stage_of)
+    if path is None:
+        path = critical_path.critical_path(spans)
+    summary["critical_path"] = critical_path.shares(path, stage_of)
     summary.update({
         "peak_memory_gib": peak_bytes / GIB,
         "peak_memory_rank": peak_rank,

@@ -47,9 +47,15 @@ def step_counters(times: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np
 
 def server_traffic(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],
                    placement: Sequence[str], fabric: Fabric,
-                   lower: Callable[..., Lowered]) -> dict[tuple[int, str], tuple]:
-    """(server, counter name) -> (times, GB/s) for every call in ``comms``."""
+                   lower: Callable[..., Lowered],
+                   servers: Sequence[int] | None = None) -> dict[tuple[int, str], tuple]:
+    """(server, counter name) -> (times, GB/s) for every call in ``comms``; with
+    ``servers``, only those servers' counters (from the calls with a member there:
+    a large run's trace shows a few servers, its log has millions of calls)."""
     server, kind = fabric.link_classes()
+    if servers is not None:
+        kind = np.where(np.isin(server, list(servers)), kind, 0)
+        comms = _touching(comms, groups, placement, fabric, set(servers))
     counted = np.flatnonzero(kind > 0)
     slot = server[counted] * 3 + kind[counted]  # one slot per (server, class)
     slots = int(slot.max()) + 1 if len(slot) else 0
@@ -76,3 +82,13 @@ def server_traffic(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]
         times, deltas = np.array(pairs).T
         out[(s // 3, CLASSES[s % 3])] = step_counters(times, deltas)
     return out
+
+
+def _touching(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],
+              placement: Sequence[str], fabric: Fabric, servers: set[int]) -> pd.DataFrame:
+    """The calls of groups with a member on one of ``servers``."""
+    pairs = comms[["group", "group_index"]].drop_duplicates()
+    near = {(str(g), int(i)) for g, i in zip(pairs["group"], pairs["group_index"], strict=True)
+            if any(fabric.node_of(placement[r]) in servers for r in groups[g][i])}
+    keys = pd.MultiIndex.from_arrays([comms["group"].astype(str), comms["group_index"]])
+    return comms[keys.isin(list(near))] if near else comms.iloc[:0]

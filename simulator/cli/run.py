@@ -20,8 +20,9 @@ def add_parser(sub) -> None:
     run.add_argument("--format", choices=FORMATS, default="png", help="Gantt figure format")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
     run.add_argument("--spans-csv", action="store_true",
-                     help="also write spans.csv for a large run (spans.parquet is always "
-                          "written; the CSV by default only up to 250,000 spans)")
+                     help="also write spans.csv and comms.csv for a large run (the Parquet "
+                          "tables are always written; the CSVs by default only up to "
+                          "100,000 rows)")
     run.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                      help="override a scenario key (repeatable)")
 

@@ -1,10 +1,11 @@
 """``clustersim trace``: a Perfetto trace of any ranks of a finished run.
 
-A run with more than 500,000 spans writes ``trace.json`` for 8 ranks (at
-least one per stage, ``outputs.run_dir.TRACE_RANKS``) (``outputs.run_dir.TRACE_RANKS``);
-this writes one for the ranks asked for, from the run's span table and
-communication log: slices and flow arrows (the counters of memory and link
-traffic are in the run's own trace).
+A run with more than 100,000 spans writes ``trace.json`` for 8 ranks (at
+least one per stage, ``outputs.run_dir.TRACE_RANKS``), one slice per layer
+pass when those have too many spans; this writes one for the ranks asked for,
+kernel by kernel, from the run's span table and communication log: slices and
+flow arrows (the counters of memory and link traffic are in the run's own
+trace).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, summarize
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
@@ -49,14 +50,15 @@ class RunResult:
             return self.spans[self.spans["rank"].isin(ranks)]
         return self.folded.ranks(self.spans, ranks, self.node_of_rank)
 
-    def traffic(self) -> dict:
-        """Link traffic per server over time: (server, counter) -> (times, GB/s)."""
+    def traffic(self, servers: list[int] | None = None) -> dict:
+        """Link traffic per server over time: (server, counter) -> (times, GB/s);
+        with ``servers``, those servers' only."""
         from simulator.analysis.traffic import server_traffic
 
         if self._context is None:
             return {}
         groups, fabric, lowering = self._context
-        return server_traffic(self.comms, groups, self.placement, fabric, lowering)
+        return server_traffic(self.comms, groups, self.placement, fabric, lowering, servers)
 
     def gantt(self, path: str | None = None, **options: Any):
         """The Gantt chart of this run: written to ``path`` (png, pdf or svg) and
@@ -77,10 +79,11 @@ class RunResult:
         return fig
 
     def critical_path(self):
-        """The chain of spans that sets the iteration time (a DataFrame)."""
-        from simulator.analysis.critical_path import critical_path
-
-        return critical_path(self.spans)
+        """The chain of spans that sets the iteration time (a DataFrame; the run
+        finds it once, for the summary)."""
+        if "critical_path" not in self.extra:
+            self.extra["critical_path"] = critical_path(self.spans)
+        return self.extra["critical_path"]
 
     def ranks(self):
         """Per-rank time breakdown (compute, exposed communication, waiting,
@@ -197,8 +200,9 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     spans = _spans(result, nodes)
     gpu = scenario.gpu
     ranks = result.ranks
+    path = critical_path(spans)
     summary = summarize(spans, program, result.memory_events,
-                        gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks)
+                        gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks, path)
     folded = None
     if result.expand is not None:
         if len(spans) * program.ranks <= EXPAND_SPANS * len(ranks):
@@ -212,7 +216,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
     return RunResult(scenario, summary, spans, _comms(result.collectives), list(placement),
-                     nodes, memory, {"stage": stages, "stage_of": program.stage},
+                     nodes, memory, {"stage": stages, "stage_of": program.stage,
+                                     "critical_path": path},
                      (program.groups, fabric, lowering), folded)
 
 

@@ -48,16 +48,21 @@ def _tid(rank: int, stream: str) -> int:
     return int(rank) * 16 + STREAM_ORDER.get(stream, len(STREAM_ORDER))
 
 
-def _call_args(comms: pd.DataFrame | None) -> list[dict]:
-    if comms is None:
-        return []
-    return [{"group": f"{g}[{i}]", "collective": c, "algorithm": a, "protocol": p,
-             "channels": int(ch)} for g, i, c, a, p, ch in zip(
-        comms["group"], comms["group_index"], comms["collective"], comms["algorithm"],
-        comms["protocol"], comms["channels"], strict=True)]
+def _call_args(comms: pd.DataFrame | None, spans: pd.DataFrame) -> dict[int, dict]:
+    """The args of every log row that ``spans`` name (only those: a large run's log
+    has millions of rows and a trace shows a few ranks)."""
+    if comms is None or "call" not in spans.columns:
+        return {}
+    rows = np.unique(spans["call"].to_numpy())
+    rows = rows[(rows >= 0) & (rows < len(comms))]
+    named = comms.iloc[rows]
+    return {int(row): {"group": f"{g}[{i}]", "collective": c, "algorithm": a, "protocol": p,
+                       "channels": int(ch)} for row, g, i, c, a, p, ch in zip(
+        rows.tolist(), named["group"], named["group_index"], named["collective"],
+        named["algorithm"], named["protocol"], named["channels"], strict=True)}
 
 
-def _slices(spans: pd.DataFrame, calls: list[dict]) -> list[dict]:
+def _slices(spans: pd.DataFrame, calls: dict[int, dict]) -> list[dict]:
     """One complete ("X") event per span, args naming its rank, stream, phase,
     micro-batch, layer, bytes and, for communication, its call's group and algorithm."""
     events = []
@@ -69,7 +74,7 @@ def _slices(spans: pd.DataFrame, calls: list[dict]) -> list[dict]:
         args = {"rank": int(rank), "stream": stream, "phase": phase, "microbatch": int(mb),
                 "layer": int(layer), "bytes": float(nbytes)}
         if c >= 0:
-            args.update(calls[int(c)])
+            args.update(calls.get(int(c), {}))
         events.append({"ph": "X", "pid": int(node), "tid": _tid(rank, stream), "name": name,
                        "cat": kind, "ts": round(start * 1e6, 6),
                        "dur": round((end - start) * 1e6, 6), "args": args})
@@ -116,9 +121,38 @@ def _counters(counters: Mapping[tuple[int, str], tuple[np.ndarray, np.ndarray]])
     return events
 
 
+def layer_detail(spans: pd.DataFrame) -> pd.DataFrame:
+    """One span per layer pass and stream: the spans of one rank, stream, kind,
+    phase, micro-batch and layer merged, from the first's start to the last's
+    end (named ``layer <n>``; bytes summed; the log row kept where it was one
+    call). For traces of runs too large to show kernel by kernel; spans outside
+    layers (layer -1: embedding, optimizer, gradient buckets) stay as they are.
+
+    >>> s = pd.DataFrame({"rank": [0, 0, 0], "node": 0, "stream": "compute",
+    ...     "kind": "compute", "name": ["qkv", "proj", "adam"], "start": [0.0, 1.0, 5.0],
+    ...     "end": [1.0, 2.0, 6.0], "phase": ["forward", "forward", "optimizer"],
+    ...     "microbatch": [0, 0, -1], "layer": [3, 3, -1], "bytes": 1.0, "call": -1})
+    >>> layer_detail(s)[["name", "start", "end", "bytes"]].values.tolist()
+    [['layer 3', 0.0, 2.0, 2.0], ['adam', 5.0, 6.0, 1.0]]
+    """
+    inside = spans["layer"].to_numpy() >= 0
+    keys = ["rank", "node", "stream", "kind", "phase", "microbatch", "layer"]
+    merged = spans[inside].groupby(keys, observed=True, sort=False).agg(
+        start=("start", "min"), end=("end", "max"), bytes=("bytes", "sum"),
+        call=("call", "min"), calls=("call", "nunique")).reset_index()
+    merged.loc[merged.pop("calls") > 1, "call"] = -1
+    merged["name"] = "layer " + merged["layer"].astype(str)
+    out = pd.concat([merged[list(spans.columns)], spans[~inside]], ignore_index=True)
+    for column in ("stream", "kind", "phase"):
+        out[column] = out[column].astype(str)
+    return out.sort_values(["rank", "start", "end", "stream"], kind="stable",
+                           ignore_index=True)
+
+
 def chrome_trace(spans: pd.DataFrame, placement: list[str], comms: pd.DataFrame | None = None,
-                 counters: Mapping | None = None) -> dict:
-    """The trace-event JSON object for ``spans`` (see the module doc)."""
+                 counters: Mapping | None = None, detail: str = "kernel") -> dict:
+    """The trace-event JSON object for ``spans`` (see the module doc); ``detail``
+    says what one slice is (``kernel``, or ``layer`` after ``layer_detail``)."""
     events: list[dict] = []
     for node in sorted(spans["node"].unique()):
         events.append({"ph": "M", "name": "process_name", "pid": int(node), "tid": 0,
@@ -130,10 +164,12 @@ def chrome_trace(spans: pd.DataFrame, placement: list[str], comms: pd.DataFrame 
                        "args": {"name": f"rank {rank} {placement[rank]} {stream}"}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": int(node), "tid": tid,
                        "args": {"sort_index": tid}})
-    events += _slices(spans, _call_args(comms))
+    events += _slices(spans, _call_args(comms, spans))
     events += _flows(spans)
     events += _counters(counters or {})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"detail": detail, "ranks": sorted(int(r) for r in
+                                                            spans["rank"].unique())}}
 
 
 def memory_counters(memory: Mapping[int, tuple], node_of_rank: list[int]) -> dict:
@@ -144,6 +180,6 @@ def memory_counters(memory: Mapping[int, tuple], node_of_rank: list[int]) -> dic
 
 def write_chrome_trace(spans: pd.DataFrame, placement: list[str], path: Path,
                        comms: pd.DataFrame | None = None,
-                       counters: Mapping | None = None) -> None:
-    trace = chrome_trace(spans, placement, comms, counters)
+                       counters: Mapping | None = None, detail: str = "kernel") -> None:
+    trace = chrome_trace(spans, placement, comms, counters, detail)
     path.write_text(json.dumps(trace, separators=(",", ":")))

@@ -4,10 +4,11 @@
     scenario.yaml       the scenario as given (with --set applied)
     spans.parquet       every span: rank, node, stream, kind, name, start, end,
                         phase, micro-batch, layer, bytes, call (row of comms)
-    spans.csv           the same as CSV, when there are at most CSV_SPANS spans
+    spans.csv           the same as CSV, when there are at most CSV_ROWS spans
                         (or with ``clustersim run --spans-csv``)
     placement.csv       rank, GPU and server of every rank
-    comms.csv/.parquet  the communication log: every collective call and message
+    comms.parquet/.csv  the communication log: every collective call and message (the
+                        CSV too while it has at most CSV_ROWS rows, or with --spans-csv)
     ranks.csv           per-rank time breakdown (simulator.analysis.timeline.rank_table)
     streams.csv         per (rank, stream) busy/overlap/exposed/wait
     critical_path.csv   the chain of spans that sets the iteration time
@@ -18,8 +19,11 @@
                         any rank from them
     trace.json          Chrome/Perfetto trace with flows and counters, for every rank
                         while the run has at most TRACE_SPANS spans, else for
-                        TRACE_RANKS ranks spread over the pipeline stages
-                        (``clustersim trace RUN_DIR --ranks ...`` writes any)
+                        TRACE_RANKS ranks spread over the pipeline stages, kernel
+                        by kernel while those have at most TRACE_SPANS spans, else
+                        one slice per layer pass (``otherData.detail`` says which;
+                        ``clustersim trace RUN_DIR --ranks ...`` writes any rank's
+                        kernels)
     gantt.FMT, memory.FMT  figures
 
 ``clustersim gantt``, ``comms`` and ``compare`` read these back without
@@ -39,9 +43,10 @@ from simulator.engine.gangs import Folded
 from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
-CSV_SPANS = 250_000  # larger span tables are written as Parquet only (unless asked for)
-TRACE_SPANS = 500_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
+CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
+TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
+OPTIONAL_FILES = ("spans.csv", "comms.csv", "classes.csv", "mate_calls.parquet")
 
 
 class RunDirError(ValueError):
@@ -94,33 +99,45 @@ def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
 
 
 def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
-    """Write every output of ``result`` (a RunResult) into ``out``."""
+    """Write every output of ``result`` (a RunResult) into ``out`` (files an earlier
+    run left there that this one does not write are removed: no stale CSV)."""
     out.mkdir(parents=True, exist_ok=True)
+    for name in OPTIONAL_FILES:
+        (out / name).unlink(missing_ok=True)
     exports.write_summary(result.summary, out / "summary.json")
     (out / "scenario.yaml").write_text(yaml.safe_dump(dict(result.scenario.source),
                                                       sort_keys=False))
     exports.write_table(result.spans, out / "spans.parquet")
-    if spans_csv or len(result.spans) <= CSV_SPANS:
+    if spans_csv or len(result.spans) <= CSV_ROWS:
         exports.write_spans(result.spans, out / "spans.csv")
     pd.DataFrame({"rank": range(len(result.placement)), "gpu": result.placement,
                   "node": result.node_of_rank}).to_csv(out / "placement.csv", index=False)
-    for suffix in ("csv", "parquet"):
-        exports.write_table(result.comms, out / f"comms.{suffix}")
+    exports.write_table(result.comms, out / "comms.parquet")
+    if spans_csv or len(result.comms) <= CSV_ROWS:
+        exports.write_table(result.comms, out / "comms.csv")
     exports.write_table(result.ranks(), out / "ranks.csv")
     exports.write_table(result.streams(), out / "streams.csv")
     exports.write_table(result.critical_path(), out / "critical_path.csv")
     if result.folded is not None:
         _write_folded(result.folded, out)
-    counters = exports.memory_counters(result.memory, result.node_of_rank)
-    counters.update(result.traffic())
-    spans = result.spans
+    _write_trace(result, out / "trace.json")
+    result.gantt(str(out / f"gantt.{fmt}"))
+    result.memory_plot(str(out / f"memory.{fmt}"))
+
+
+def _write_trace(result, path: Path) -> None:
+    """The default trace: every rank of a small run; else TRACE_RANKS ranks, and
+    one slice per layer pass when even those have more than TRACE_SPANS spans."""
+    spans, servers, detail = result.spans, None, "kernel"
     if len(spans) > TRACE_SPANS or result.folded is not None:
         chosen = trace_ranks(len(result.placement), tuple(result.extra.get("stage_of", ())))
         spans = result.spans_of(chosen)
-    exports.write_chrome_trace(spans, result.placement, out / "trace.json", result.comms,
-                               counters)
-    result.gantt(str(out / f"gantt.{fmt}"))
-    result.memory_plot(str(out / f"memory.{fmt}"))
+        servers = sorted({result.node_of_rank[r] for r in chosen})
+    if len(spans) > TRACE_SPANS:
+        spans, detail = exports.layer_detail(spans), "layer"
+    counters = exports.memory_counters(result.memory, result.node_of_rank)
+    counters.update(result.traffic(servers))
+    exports.write_chrome_trace(spans, result.placement, path, result.comms, counters, detail)
 
 
 def _write_folded(folded: Folded, out: Path) -> None:
