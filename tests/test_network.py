@@ -159,6 +159,13 @@ def run_with_batch(capacity, background, parts, batched, then=0.0):
 
     def starter():
         yield env.timeout(1.0)
+        if batched == "group":
+            written = [None] * len(parts)
+            done = net.transfer_group(parts, "g", written, then=then)
+            yield done
+            ends[:] = written
+            ends.append(env.now)  # the group's one event: at the last part's end
+            return
         if batched:
             events = net.transfer_batch(parts, key="b", then=then)
         else:
@@ -189,3 +196,19 @@ def test_a_batch_ends_each_part_as_separate_transfers_would(parts, background, t
     separate = run_with_batch(capacity, background, parts, batched=False, then=then)
     batched = run_with_batch(capacity, background, parts, batched=True, then=then)
     assert batched == pytest.approx(separate, rel=1e-9, abs=1e-12)
+
+
+@given(st.lists(transfer_strategy, min_size=1, max_size=4),
+       st.lists(st.tuples(st.floats(0.0, 3.0), transfer_strategy), max_size=3),
+       st.sampled_from([0.0, 0.25]))
+@settings(max_examples=60, deadline=None)
+def test_a_group_writes_each_part_end_and_fires_once_at_the_last(parts, background, then):
+    """A gang's message group: each part's written end is its separate transfer's,
+    and the one event fires at the latest of them."""
+    parts = [(routes, sizes[:len(routes)]) for routes, sizes in parts]
+    background = [(t, routes, sizes[:len(routes)]) for t, (routes, sizes) in background]
+    capacity = [10.0, 4.0, 7.0, 2.5]
+    separate = run_with_batch(capacity, background, parts, batched=False, then=then)
+    grouped = run_with_batch(capacity, background, parts, batched="group", then=then)
+    assert grouped[:-1] == pytest.approx(separate, rel=1e-9, abs=1e-12)
+    assert grouped[-1] == pytest.approx(max(separate), rel=1e-9, abs=1e-12)

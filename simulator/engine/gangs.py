@@ -6,7 +6,7 @@ tensor-parallel group, ``tensor_parallel_gangs``). Only the representative
 runs. At every collective or message it also joins, on behalf of each mate,
 the mate's own group, so every group's flows run on the network and every call
 is logged; it finishes when the last of those calls ends. The mates' spans are
-the representative's, copied afterwards (``replicate``), each naming its own
+the representative's, copied afterwards (``simulator.engine.folded``), each naming its own
 call in the communication log.
 
 Exactness is checked as the run goes: the mates' timelines equal the
@@ -28,17 +28,29 @@ names equal the full run's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
-import pandas as pd
+import simpy
 
 from simulator.base.ir import Collective, Op, OpKind, Program
 from simulator.engine.core import Engine
+from simulator.engine.folded import Folded
 from simulator.engine.records import Message, NotInLockstep, SimulationError
 from simulator.network.batches import BatchNetwork
 
 LOCKSTEP_TOLERANCE = 1e-9  # relative: what the equivalence tests call equal
+
+
+@dataclass
+class MessageGroup:
+    """The messages of one gang's send on each pair it holds, received by one gang:
+    one event when the last has arrived; each message's own end and log row."""
+
+    done: simpy.Event
+    start: float | None = None
+    ends: list[float] = field(default_factory=list)  # per pair, in pair order
+    rows: list[int] = field(default_factory=list)
+    spread: tuple[float, float] = (0.0, 0.0)  # the earliest and the latest end
 
 
 def tensor_parallel_gangs(program: Program) -> dict[int, tuple[int, ...]]:
@@ -63,6 +75,8 @@ class Gangs(Engine):
         self.divergence: str | None = None  # the first mate that ended apart, if any
         self._strict = strict  # raise NotInLockstep at the end if any gang diverged
         self._parts: dict[int, dict[int, int]] = {}  # rep -> member -> part, once split
+        self._rep_of = {m: rep for rep, ms in self._mates.items() for m in (rep, *ms)}
+        self._group_plans: dict[tuple, tuple | None] = {}
 
     def _arriving(self) -> set[int]:
         return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
@@ -86,6 +100,97 @@ class Gangs(Engine):
         self._finish(rank, op_index, max(c.end for c in calls.values()))
 
     def _p2p(self, rank: int, op_index: int, op: Op):
+        plan = self._group_plan(rank, op)
+        if plan is None:
+            yield from self._p2p_each(rank, op_index, op)
+            return
+        arrival = self.env.now
+        order, positions = plan
+        counter = (op.group, op.kind)
+        seq = self._seq[rank].get(counter, 0)
+        self._seq[rank][counter] = seq + 1
+        key = (op.group, order, seq)
+        group = self._messages.get(key)
+        if group is None:
+            group = self._messages[key] = MessageGroup(self.env.event())
+        if op.kind is OpKind.SEND:
+            self._send_group(key, group, op)
+        yield group.done
+        own = positions[0]
+        row = group.rows[own]
+        start = max(arrival, group.start)
+        self._record(rank, op, arrival if op.kind is OpKind.RECV else start, start,
+                     group.ends[own], row)
+        for mate, at in zip(self._mates[rank], positions[1:], strict=True):
+            self.mate_calls.setdefault(mate, {})[row] = group.rows[at]
+        early, late = group.spread
+        if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
+            self._check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
+                                            zip((rank, *self._mates[rank]), positions,
+                                                strict=True)])
+        self._finish(rank, op_index, max(arrival, late))
+        if op.kind is OpKind.RECV:
+            del self._messages[key]
+
+    def _group_plan(self, rank: int, op: Op) -> tuple | None:
+        """How ``rank``'s gang sends or receives on ``op.group`` as one message group:
+        (its pairs in order, each member's position among them), when the peers of
+        those pairs are exactly one gang (then that gang receives, or sends, the same
+        group); None otherwise (each message apart). Cached."""
+        key = (rank, op.group, op.kind)
+        if key not in self._group_plans:
+            of, gang = self._group_of[op.group], (rank, *self._mates[rank])
+            pairs = [of[r] for r in gang]
+            side = 1 if op.kind is OpKind.SEND else 0
+            peers = {self.program.groups[op.group][p][side] for p in pairs}
+            rep = self._rep_of.get(min(peers))
+            plan = None
+            if rep is not None and peers == {rep, *self._mates[rep]}:
+                order = tuple(sorted(pairs))
+                at = {p: n for n, p in enumerate(order)}
+                plan = (order, [at[p] for p in pairs])
+            self._group_plans[key] = plan
+        return self._group_plans[key]
+
+    def _send_group(self, key: tuple, group: MessageGroup, op: Op) -> None:
+        """Start a message group: per latency one batch of transfers whose parts write
+        their ends down, one event for the lot; each message is logged (in pair
+        order) before anyone wakes."""
+        group.start = self.env.now
+        plan = self._send_plan(op, list(key[1]))
+        batches = [(batch, [0.0] * len(batch)) for _, batch, _, _ in plan]
+        if len(plan) == 1:
+            (latency, _, calls, shape), = plan
+            self.network.transfer_group(calls, ("group", shape), batches[0][1], latency,
+                                        done=group.done)
+            group.done.callbacks.insert(0, lambda _e: self._log_group(key, group, op, batches))
+            return
+        events = [self.network.transfer_group(calls, ("group", shape), ends, latency)
+                  for (latency, _, calls, shape), (_, ends) in zip(plan, batches, strict=True)]
+
+        def logged(_event) -> None:
+            self._log_group(key, group, op, batches)
+            group.done.succeed()
+        self._all(events).callbacks.append(logged)
+
+    def _log_group(self, key: tuple, group: MessageGroup, op: Op, batches: list) -> None:
+        dim, order, seq = key
+        group.ends = [0.0] * len(order)
+        lowerings = [None] * len(order)
+        for batch, ends in batches:
+            for (i, lowered), end in zip(batch, ends, strict=True):
+                group.ends[i], lowerings[i] = end, lowered
+        group.spread = (min(group.ends), max(group.ends))
+        group.rows = list(range(len(self.collectives), len(self.collectives) + len(order)))
+        start = group.start
+        self.collectives.extend(
+            (dim, pair, seq, "send_recv", op.name, 2, op.bytes, lowered.algorithm.value,
+             lowered.protocol.value, lowered.channels, start, start, end)
+            for pair, lowered, end in zip(order, lowerings, group.ends, strict=True))
+
+    def _p2p_each(self, rank: int, op_index: int, op: Op):
+        """A gang's sends or receives one message at a time (its peers are not one
+        gang)."""
         arrival = self.env.now
         mine = [self._message(r, op) for r in (rank, *self._mates[rank])]
         if op.kind is OpKind.SEND:
@@ -185,52 +290,6 @@ class Gangs(Engine):
         return Folded(self._mates, self.mate_calls)
 
 
-@dataclass
-class Folded:
-    """Which rank stands for which (``represents``: representative -> mates) and
-    each mate's own log rows (``mate_calls``): enough to expand the
-    representatives' spans into any rank's, exactly, when asked."""
-
-    represents: dict[int, tuple[int, ...]]
-    mate_calls: dict[int, dict[int, int]]
-
-    def __call__(self, spans: pd.DataFrame, nodes: list[int]) -> pd.DataFrame:
-        """Every rank's spans."""
-        return replicate(spans, self.represents, nodes, self.mate_calls)
-
-    def ranks(self, spans: pd.DataFrame, ranks: list[int], nodes: list[int]) -> pd.DataFrame:
-        """The spans of ``ranks`` only, each copied from its representative."""
-        wanted = set(ranks)
-        subset = {rep: tuple(m for m in mates if m in wanted)
-                  for rep, mates in self.represents.items()
-                  if rep in wanted or wanted.intersection(mates)}
-        out = replicate(spans, subset, nodes, self.mate_calls)
-        return out[out["rank"].isin(wanted)].reset_index(drop=True)
-
-    def classes(self) -> list[list[int]]:
-        """Each class's ranks, its representative first."""
-        return [[rep, *mates] for rep, mates in self.represents.items()]
-
-    def representative(self) -> dict[int, int]:
-        """rank -> the rank whose spans it has."""
-        return {m: rep for rep, mates in self.represents.items() for m in (rep, *mates)}
-
-    def expand_rows(self, table: pd.DataFrame) -> pd.DataFrame:
-        """A per-rank table of representatives (column ``rank``) with a row for every
-        rank: each rank gets its representative's figures."""
-        of = self.representative()
-        ranks = np.array(sorted(of), dtype=np.int64)
-        reps = np.array([of[r] for r in ranks], dtype=np.int64)
-        parts = []
-        for rep, block in table.groupby("rank", sort=True):
-            mine = ranks[reps == rep]
-            copy = block.loc[block.index.repeat(len(mine))].copy()
-            copy["rank"] = np.tile(mine, len(block))
-            parts.append(copy)
-        return (pd.concat(parts).sort_values(["rank"], kind="stable")
-                .reset_index(drop=True)) if parts else table
-
-
 def in_step(ends: dict[int, float]) -> list[tuple[int, ...]]:
     """Ranks grouped by when their op ended (equal within ``LOCKSTEP_TOLERANCE``),
     each group in rank order, groups ordered by their first rank.
@@ -255,59 +314,3 @@ def program_classes(program: Program) -> dict[int, tuple[int, ...]]:
     for rank, ops in enumerate(program.ops):
         classes.setdefault(id(ops), []).append(rank)
     return {ranks[0]: tuple(ranks[1:]) for ranks in classes.values()}
-
-
-def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
-              nodes: list[int], mate_calls: dict[int, dict[int, int]] | None = None
-              ) -> pd.DataFrame:
-    """Sorted representatives' spans, copied for each rank they represent, in rank
-    order (so the result is sorted too, without sorting it again). ``mate_calls``
-    maps a mate's copied ``call`` (the representative's log row) to its own."""
-    by_rank = {}
-    starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
-    ends = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="right")
-    for rep, a, b in zip(represents, starts, ends, strict=True):
-        for rank in (rep, *represents[rep]):
-            by_rank[rank] = (rep, a, b)
-    order = sorted(by_rank)
-    blocks = [by_rank[rank][1:] for rank in order]
-    lengths = [b - a for a, b in blocks]
-
-    def copied(values: np.ndarray) -> np.ndarray:  # block copies: much faster than a take
-        return np.concatenate([values[a:b] for a, b in blocks])
-
-    columns = {}
-    for name, column in spans.items():
-        if name == "rank":
-            columns[name] = np.repeat(np.asarray(order, dtype=column.dtype), lengths)
-        elif name == "node":
-            columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
-        elif name == "call":
-            columns[name] = _mates_own_calls(copied(column.to_numpy()), order, lengths,
-                                             mate_calls or {})
-        elif isinstance(column.dtype, pd.CategoricalDtype):
-            columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
-                                                      dtype=column.dtype)
-        else:
-            columns[name] = copied(column.to_numpy())
-    return pd.DataFrame(columns, copy=False)
-
-
-def _mates_own_calls(calls: np.ndarray, order: list[int], lengths: list[int],
-                     mate_calls: dict[int, dict[int, int]]) -> np.ndarray:
-    """Replace, in each mate's block of ``calls``, the representative's rows by the
-    mate's own (its own group's call or message)."""
-    position = 0
-    for rank, length in zip(order, lengths, strict=True):
-        remap = mate_calls.get(rank)
-        if remap:
-            block = calls[position:position + length]
-            keys = np.fromiter(remap, dtype=np.int64, count=len(remap))
-            values = np.fromiter(remap.values(), dtype=np.int64, count=len(remap))
-            sort = np.argsort(keys)
-            keys, values = keys[sort], values[sort]
-            at = np.minimum(np.searchsorted(keys, block), len(keys) - 1)
-            hit = keys[at] == block
-            block[hit] = values[at[hit]]
-        position += length
-    return calls

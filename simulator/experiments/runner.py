@@ -22,7 +22,7 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
-from simulator.engine.gangs import Folded
+from simulator.engine.folded import Folded
 from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS, NotInLockstep
 from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric

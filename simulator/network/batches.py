@@ -5,6 +5,9 @@ separate transfers each start would recompute the shared rates; as one batch
 the flows start together (one computation) and each part still ends when its
 own flows do, firing its own event. Solo batches fire each part at its alone
 finish time; batches in a component fire a part once all its flows have ended.
+A batch can instead end as one (``transfer_group``): each part's end is written
+down as it ends and a single event fires after the last, one SimPy event for
+a gang's whole message group instead of one per message.
 
 Contract: ``tests/test_network.py::test_a_batch_ends_each_part_as_separate_transfers_would``
 (a hypothesis property under background traffic).
@@ -49,6 +52,33 @@ class BatchNetwork(Network):
         self._start(t)
         return events
 
+    def transfer_group(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
+                       key: Hashable, ends: list[float], then: float = 0.0,
+                       done: simpy.Event | None = None) -> simpy.Event:
+        """Start several transfers at once, as ``transfer_batch``; ``ends[p]`` is set
+        to the time part p ends (its flows' end plus ``then``, exactly as its own
+        event would fire) and one event (``done``, or a new one) fires at the
+        last part's end."""
+        done = self.env.event() if done is None else done
+        shape = self._shapes.get(key)
+        if shape is None:
+            routes = [r for rs, _ in calls for r in rs]
+            sizes = [x for _, xs in calls for x in xs]
+            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
+            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        if shape is None:
+            ends[:] = [self.env.now + then] * len(calls)
+            succeed_at(self.env, done, then)
+            return done
+        t = _Transfer(done, shape, self.env.now, key, then)
+        t.parts = dict.fromkeys(range(len(calls)))
+        t.ends = ends
+        for p, flows in enumerate(shape.part_flows):
+            if len(flows) == 0:
+                self._fire(t, p)
+        self._start(t)
+        return done
+
     def _solo_started(self, ident: int, t: _Transfer, duration: float) -> None:
         """Parts that end before the last: one timeout per distinct end."""
         if not t.parts:
@@ -80,10 +110,17 @@ class BatchNetwork(Network):
             self._fire(t, p)
 
     def _fire(self, t: _Transfer, part: int) -> None:
-        """Part ``part`` of a batch has ended (if not fired yet): fire its event."""
-        event = t.parts.pop(part, None)
-        if event is not None:
+        """Part ``part`` of a batch has ended (if not fired yet): fire its event (a
+        group's: note its end; fire the group's event after the last part)."""
+        if part not in t.parts:
+            return
+        event = t.parts.pop(part)
+        if t.ends is None:
             succeed_at(self.env, event, t.then)
+            return
+        t.ends[part] = self.env.now + t.then
+        if not t.parts:
+            succeed_at(self.env, t.done, t.then)
 
     def _complete(self, t: _Transfer) -> None:
         if t.parts is None:

@@ -56,13 +56,14 @@ class _Shape:
 
 class _Transfer:
     __slots__ = ("done", "size", "remaining", "rate", "pair_flow", "pair_link", "links",
-                 "start", "key", "then", "shape", "parts")
+                 "start", "key", "then", "shape", "parts", "ends")
 
     def __init__(self, done: simpy.Event, shape: _Shape, start: float,
                  key: Hashable | None, then: float) -> None:
         self.done, self.start, self.key, self.then = done, start, key, then
         self.shape = shape
         self.parts: dict[int, simpy.Event] | None = None  # a batch's parts not yet fired
+        self.ends: list[float] | None = None  # a group's (batches): when each part ended
         self.size, self.pair_flow = shape.size, shape.pair_flow
         self.pair_link, self.links = shape.pair_link, shape.links
         self.remaining = self.size.copy()

@@ -39,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from simulator.engine.gangs import Folded
+from simulator.engine.folded import Folded
 from simulator.outputs import exports
 
 TEXT_COLUMNS = ("stream", "kind", "name", "phase")
