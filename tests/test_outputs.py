@@ -283,11 +283,15 @@ def test_a_folded_run_keeps_one_timeline_per_class_and_expands_any_rank(tmp_path
     some = [3, 6, 13]
     expected = whole.spans[whole.spans["rank"].isin(some)].reset_index(drop=True)
     pd.testing.assert_frame_equal(folded.spans_of(some), expected, check_categorical=False)
+    every = list(range(16))  # every rank names its own calls (block plans and explicit)
+    pd.testing.assert_frame_equal(folded.spans_of(every), whole.spans, check_categorical=False)
     out = tmp_path / "folded"
     run_dir.write(folded, out)
     assert (out / "classes.csv").exists()
     back = run_dir.read(out)
     pd.testing.assert_frame_equal(back.spans_of(some).reset_index(drop=True), expected,
+                                  check_categorical=False, check_dtype=False)
+    pd.testing.assert_frame_equal(back.spans_of(every).reset_index(drop=True), whole.spans,
                                   check_categorical=False, check_dtype=False)
     assert main(["trace", str(out), "--ranks", "13", "--out", str(tmp_path / "t.json")]) == 0
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
@@ -296,3 +300,20 @@ def test_a_folded_run_keeps_one_timeline_per_class_and_expands_any_rank(tmp_path
     assert main(["gantt", str(out), "--out", str(tmp_path / "all.png")]) == 0
     rows, total = choose_rows(back.spans, classes=back.classes())
     assert total == 2 and sorted(r for row in rows for r in row.ranks) == list(range(16))
+
+
+def test_a_folded_run_maps_every_mate_to_its_own_calls_through_block_plans(monkeypatch):
+    """Exclusive tensor-parallel calls (each gang holds whole TP groups) and message
+    groups are logged as blocks of rows: every rank's expanded spans still name its
+    own calls, as in the expanded run."""
+    from simulator.experiments import runner
+
+    scenario = tiny(tp=8, pp=2, dp=2)
+    scenario["cluster"]["nodes"] = 4
+    whole = run(copy.deepcopy(scenario))
+    monkeypatch.setattr(runner, "EXPAND_SPANS", 10)
+    folded = run(copy.deepcopy(scenario))
+    blocks = {row for rows in folded.folded.mate_blocks.values() for row in rows}
+    assert {"tp", "pp"} <= {str(g).split(".")[0] for g in folded.comms["group"][list(blocks)]}
+    every = list(range(32))
+    pd.testing.assert_frame_equal(folded.spans_of(every), whole.spans, check_categorical=False)

@@ -45,6 +45,7 @@ class ExclusiveLinks(Gangs):
         self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
                          if (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
+        self._alone_plans: dict[tuple[str, int], tuple[int, int]] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
 
     def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
@@ -132,21 +133,32 @@ class ExclusiveLinks(Gangs):
         each group whole here at ``start``: each ends at its isolated time plus
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
-        calls = []
-        for index, members in self._covered[(op.group, rank)]:
+        covered = self._covered[(op.group, rank)]
+        base, ends = len(self.collectives), []
+        for index, members in covered:
             duration, kind, row = self._alone_call(op, index, members)
-            calls.append((members, start + duration, len(self.collectives)))
+            ends.append(start + duration)
             self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start,
                                      start + duration))
-        own_end, own_row = next((end, row) for members, end, row in calls if rank in members)
-        for members, _, row in calls:
-            if row != own_row:
-                for mate in members:
-                    self.mate_calls.setdefault(mate, {})[own_row] = row
-        self.spans.append((rank, op.stream, "comm", op.name, start, own_end, op.phase.value,
-                           op.microbatch, op.layer, op.bytes, own_row))
-        self._check_lockstep(rank, op, [(members, end) for members, end, _ in calls])
-        self._finish(rank, op_index, max(end for _, end, _ in calls))
+        own, plan = self._alone_plan(op.group, rank)
+        self.mate_blocks.setdefault(rank, {})[base + own] = plan  # the calls are a block
+        self.spans.append((rank, op.stream, "comm", op.name, start, ends[own], op.phase.value,
+                           op.microbatch, op.layer, op.bytes, base + own))
+        self._check_lockstep(rank, op, [(members, end) for (_, members), end in
+                                        zip(covered, ends, strict=True)])
+        self._finish(rank, op_index, max(ends))
+
+    def _alone_plan(self, dim: str, rank: int) -> tuple[int, int]:
+        """(position of ``rank``'s group among its gang's whole ``dim`` groups, the plan
+        of its mates' rows in the block of their calls). Cached."""
+        key = (dim, rank)
+        if key not in self._alone_plans:
+            covered = self._covered[key]
+            own = next(k for k, (_, members) in enumerate(covered) if rank in members)
+            offsets = {m: k - own for k, (_, members) in enumerate(covered) for m in members
+                       if m != rank}
+            self._alone_plans[key] = (own, self._plan(offsets))
+        return self._alone_plans[key]
 
     def _alone_call(self, op: Op, index: int, members: tuple[int, ...]) -> tuple:
         """(isolated duration + latency, collective, log fields) of one group's call."""

@@ -3,14 +3,19 @@ rank's expanded exactly on demand.
 
 A gang run (``simulator.engine.gangs``) simulates one representative per class
 of ranks in lockstep; its mates' timelines are the representative's, each
-naming its own call in the communication log (``mate_calls``). ``Folded``
-holds which rank stands for which and those calls; ``replicate`` copies the
+naming its own call in the communication log. Where a gang's calls are logged
+as one block of consecutive rows (a message group, the calls of every group it
+holds whole), a mate's row is the representative's plus a fixed offset: the
+block's *plan* (``mate_blocks``: representative -> {its row: plan};
+``plans[plan]``: mate -> offset), one entry per call instead of one per mate.
+Other calls map each mate's row explicitly (``mate_calls``). ``Folded`` holds
+which rank stands for which and those maps; ``replicate`` copies the
 representatives' spans to any ranks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -19,15 +24,17 @@ import pandas as pd
 @dataclass
 class Folded:
     """Which rank stands for which (``represents``: representative -> mates) and
-    each mate's own log rows (``mate_calls``): enough to expand the
+    each mate's own log rows (see the module doc): enough to expand the
     representatives' spans into any rank's, exactly, when asked."""
 
     represents: dict[int, tuple[int, ...]]
-    mate_calls: dict[int, dict[int, int]]
+    mate_calls: dict[int, dict[int, int]]  # mate -> {representative's row: its own}
+    mate_blocks: dict[int, dict[int, int]] = field(default_factory=dict)
+    plans: list[dict[int, int]] = field(default_factory=list)  # mate -> row offset
 
     def __call__(self, spans: pd.DataFrame, nodes: list[int]) -> pd.DataFrame:
         """Every rank's spans."""
-        return replicate(spans, self.represents, nodes, self.mate_calls)
+        return replicate(spans, self.represents, nodes, self)
 
     def ranks(self, spans: pd.DataFrame, ranks: list[int], nodes: list[int]) -> pd.DataFrame:
         """The spans of ``ranks`` only, each copied from its representative."""
@@ -35,7 +42,7 @@ class Folded:
         subset = {rep: tuple(m for m in mates if m in wanted)
                   for rep, mates in self.represents.items()
                   if rep in wanted or wanted.intersection(mates)}
-        out = replicate(spans, subset, nodes, self.mate_calls)
+        out = replicate(spans, subset, nodes, self)
         return out[out["rank"].isin(wanted)].reset_index(drop=True)
 
     def classes(self) -> list[list[int]]:
@@ -63,10 +70,9 @@ class Folded:
 
 
 def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
-              nodes: list[int], mate_calls: dict[int, dict[int, int]] | None = None
-              ) -> pd.DataFrame:
+              nodes: list[int], folded: Folded | None = None) -> pd.DataFrame:
     """Sorted representatives' spans, copied for each rank they represent, in rank
-    order (so the result is sorted too, without sorting it again). ``mate_calls``
+    order (so the result is sorted too, without sorting it again). ``folded``
     maps a mate's copied ``call`` (the representative's log row) to its own."""
     by_rank = {}
     starts = np.searchsorted(spans["rank"].to_numpy(), list(represents), side="left")
@@ -89,7 +95,7 @@ def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
             columns[name] = np.repeat(np.asarray(nodes)[order].astype(column.dtype), lengths)
         elif name == "call":
             columns[name] = _mates_own_calls(copied(column.to_numpy()), order, lengths,
-                                             mate_calls or {})
+                                             [by_rank[r][0] for r in order], folded)
         elif isinstance(column.dtype, pd.CategoricalDtype):
             columns[name] = pd.Categorical.from_codes(copied(column.cat.codes.to_numpy()),
                                                       dtype=column.dtype)
@@ -99,20 +105,40 @@ def replicate(spans: pd.DataFrame, represents: dict[int, tuple[int, ...]],
 
 
 def _mates_own_calls(calls: np.ndarray, order: list[int], lengths: list[int],
-                     mate_calls: dict[int, dict[int, int]]) -> np.ndarray:
+                     reps: list[int], folded: Folded | None) -> np.ndarray:
     """Replace, in each mate's block of ``calls``, the representative's rows by the
     mate's own (its own group's call or message)."""
+    if folded is None:
+        return calls
+    blocks = {rep: _sorted_map(rows) for rep, rows in folded.mate_blocks.items()}
     position = 0
-    for rank, length in zip(order, lengths, strict=True):
-        remap = mate_calls.get(rank)
+    for rank, rep, length in zip(order, reps, lengths, strict=True):
+        block = calls[position:position + length]
+        original = block.copy()
+        if rank != rep and rep in blocks:
+            keys, plans = blocks[rep]
+            offsets = np.array([plan.get(rank, 0) for plan in folded.plans] or [0])
+            hit, at = _lookup(keys, original)
+            block[hit] = original[hit] + offsets[plans[at[hit]]]
+        remap = folded.mate_calls.get(rank)
         if remap:
-            block = calls[position:position + length]
-            keys = np.fromiter(remap, dtype=np.int64, count=len(remap))
-            values = np.fromiter(remap.values(), dtype=np.int64, count=len(remap))
-            sort = np.argsort(keys)
-            keys, values = keys[sort], values[sort]
-            at = np.minimum(np.searchsorted(keys, block), len(keys) - 1)
-            hit = keys[at] == block
+            keys, values = _sorted_map(remap)
+            hit, at = _lookup(keys, original)
             block[hit] = values[at[hit]]
         position += length
     return calls
+
+
+def _sorted_map(mapping: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    keys = np.fromiter(mapping, dtype=np.int64, count=len(mapping))
+    values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+    sort = np.argsort(keys)
+    return keys[sort], values[sort]
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``values`` are in sorted ``keys``, and where."""
+    if len(keys) == 0:
+        return np.zeros(len(values), dtype=bool), np.zeros(len(values), dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    return keys[at] == values, at

@@ -72,6 +72,9 @@ class Gangs(Engine):
         self.network = BatchNetwork(self.env, self.fabric.capacity)  # mates send in lockstep
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
+        self.mate_blocks: dict[int, dict[int, int]] = {}  # rep -> {its row: plan} (folded)
+        self.plans: list[dict[int, int]] = []  # mate -> offset of its row in a block
+        self._plan_ids: dict[tuple, int] = {}
         self.divergence: str | None = None  # the first mate that ended apart, if any
         self._strict = strict  # raise NotInLockstep at the end if any gang diverged
         self._parts: dict[int, dict[int, int]] = {}  # rep -> member -> part, once split
@@ -105,7 +108,7 @@ class Gangs(Engine):
             yield from self._p2p_each(rank, op_index, op)
             return
         arrival = self.env.now
-        order, positions = plan
+        order = plan[0]
         counter = (op.group, op.kind)
         seq = self._seq[rank].get(counter, 0)
         self._seq[rank][counter] = seq + 1
@@ -116,13 +119,13 @@ class Gangs(Engine):
         if op.kind is OpKind.SEND:
             self._send_group(key, group, op)
         yield group.done
+        order, positions, plan_id = plan
         own = positions[0]
         row = group.rows[own]
         start = max(arrival, group.start)
         self._record(rank, op, arrival if op.kind is OpKind.RECV else start, start,
                      group.ends[own], row)
-        for mate, at in zip(self._mates[rank], positions[1:], strict=True):
-            self.mate_calls.setdefault(mate, {})[row] = group.rows[at]
+        self.mate_blocks.setdefault(rank, {})[row] = plan_id  # the group's rows are a block
         early, late = group.spread
         if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
             self._check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
@@ -134,9 +137,10 @@ class Gangs(Engine):
 
     def _group_plan(self, rank: int, op: Op) -> tuple | None:
         """How ``rank``'s gang sends or receives on ``op.group`` as one message group:
-        (its pairs in order, each member's position among them), when the peers of
-        those pairs are exactly one gang (then that gang receives, or sends, the same
-        group); None otherwise (each message apart). Cached."""
+        (its pairs in order, each member's position among them, the plan of its mates'
+        rows), when the peers of those pairs are exactly one gang (then that gang
+        receives, or sends, the same group); None otherwise (each message apart).
+        Cached."""
         key = (rank, op.group, op.kind)
         if key not in self._group_plans:
             of, gang = self._group_of[op.group], (rank, *self._mates[rank])
@@ -148,9 +152,20 @@ class Gangs(Engine):
             if rep is not None and peers == {rep, *self._mates[rep]}:
                 order = tuple(sorted(pairs))
                 at = {p: n for n, p in enumerate(order)}
-                plan = (order, [at[p] for p in pairs])
+                positions = [at[p] for p in pairs]
+                plan = (order, positions, self._plan({m: n - positions[0] for m, n in zip(
+                    gang[1:], positions[1:], strict=True)}))
             self._group_plans[key] = plan
         return self._group_plans[key]
+
+    def _plan(self, offsets: dict[int, int]) -> int:
+        """The id of a block plan (mate -> offset of its row from the representative's
+        in a block of consecutive log rows), interned."""
+        key = tuple(sorted((m, o) for m, o in offsets.items() if o))
+        if key not in self._plan_ids:
+            self._plan_ids[key] = len(self.plans)
+            self.plans.append(dict(key))
+        return self._plan_ids[key]
 
     def _send_group(self, key: tuple, group: MessageGroup, op: Op) -> None:
         """Start a message group: per latency one batch of transfers whose parts write
@@ -287,7 +302,7 @@ class Gangs(Engine):
         return plan
 
     def _expander(self):
-        return Folded(self._mates, self.mate_calls)
+        return Folded(self._mates, self.mate_calls, self.mate_blocks, self.plans)
 
 
 def in_step(ends: dict[int, float]) -> list[tuple[int, ...]]:

@@ -15,8 +15,10 @@
     classes.csv         a folded run (more than EXPAND_SPANS spans in all): each rank
                         and the rank whose spans it has (spans.parquet holds those
                         only); mate_calls.parquet maps each rank's copied log rows
-                        to its own; ``gantt --ranks`` and ``trace --ranks`` expand
-                        any rank from them
+                        to its own (plan -1: one row, rank -> call; plan >= 0: the
+                        representative's row heads a block of that plan; plan -2:
+                        the plan -1 - copied_call moves rank's row by call rows);
+                        ``gantt --ranks`` and ``trace --ranks`` expand any rank
     trace.json          Chrome/Perfetto trace with flows and counters, for every rank
                         while the run has at most TRACE_SPANS spans, else for
                         TRACE_RANKS ranks spread over the pipeline stages, kernel
@@ -144,9 +146,13 @@ def _write_folded(folded: Folded, out: Path) -> None:
     of = folded.representative()
     pd.DataFrame({"rank": sorted(of), "representative": [of[r] for r in sorted(of)]}).to_csv(
         out / "classes.csv", index=False)
-    rows = [(mate, rep_row, own) for mate, calls in sorted(folded.mate_calls.items())
+    rows = [(mate, rep_row, own, -1) for mate, calls in sorted(folded.mate_calls.items())
             for rep_row, own in calls.items()]
-    exports.write_table(pd.DataFrame(rows, columns=["rank", "copied_call", "call"]),
+    rows += [(rep, rep_row, -1, plan) for rep, blocks in sorted(folded.mate_blocks.items())
+             for rep_row, plan in blocks.items()]
+    rows += [(mate, -1 - plan, offset, -2) for plan, offsets in enumerate(folded.plans)
+             for mate, offset in offsets.items()]
+    exports.write_table(pd.DataFrame(rows, columns=["rank", "copied_call", "call", "plan"]),
                         out / "mate_calls.parquet")
 
 
@@ -160,11 +166,20 @@ def _read_folded(path: Path) -> Folded | None:
         if rank != rep:
             members.append(int(rank))
     calls = pd.read_parquet(path / "mate_calls.parquet")
-    mate_calls: dict[int, dict[int, int]] = {}
-    for rank, copied, own in zip(calls["rank"], calls["copied_call"], calls["call"],
-                                 strict=True):
-        mate_calls.setdefault(int(rank), {})[int(copied)] = int(own)
-    return Folded({r: tuple(m) for r, m in represents.items()}, mate_calls)
+    folded = Folded({r: tuple(m) for r, m in represents.items()}, {})
+    plans: dict[int, dict[int, int]] = {}
+    for rank, copied, own, plan in zip(calls["rank"].tolist(), calls["copied_call"].tolist(),
+                                       calls["call"].tolist(), calls["plan"].tolist(),
+                                       strict=True):
+        if plan == -1:  # an explicit row: the mate's own call
+            folded.mate_calls.setdefault(rank, {})[copied] = own
+        elif plan == -2:  # a plan's offset for one mate
+            plans.setdefault(-1 - copied, {})[rank] = own
+        else:  # a representative's row that heads a block
+            folded.mate_blocks.setdefault(rank, {})[copied] = plan
+    used = [p for blocks in folded.mate_blocks.values() for p in blocks.values()]
+    folded.plans = [plans.get(p, {}) for p in range(max([*plans, *used], default=-1) + 1)]
+    return folded
 
 
 def read(path: str | Path) -> FinishedRun:
