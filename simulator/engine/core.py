@@ -255,16 +255,18 @@ class Engine:
         self.network.transfer(lowered.routes, lowered.sizes, key=lowered.key,
                               then=lowered.latency).callbacks.append(finished)
 
-    def _message(self, rank: int, op: Op) -> tuple[tuple[str, int, int], Message]:
-        """The message ``rank``'s next send or receive on ``op.group`` is part of."""
-        pair_index = self._group_of[op.group][rank]
+    def _message(self, rank: int, op: Op, pairs=None, make=Message) -> tuple[tuple, Message]:
+        """The message ``rank``'s next send or receive on ``op.group`` is part of
+        (plug-ins: on ``pairs`` instead of its own pair, a ``make`` instead of a
+        Message: a gang's message group)."""
+        pairs = self._group_of[op.group][rank] if pairs is None else pairs
         counter = (op.group, op.kind)  # sends and receives are numbered apart
         seq = self._seq[rank].get(counter, 0)
         self._seq[rank][counter] = seq + 1
-        key = (op.group, pair_index, seq)
+        key = (op.group, pairs, seq)
         message = self._messages.get(key)
         if message is None:
-            message = self._messages[key] = Message(self.env.event())
+            message = self._messages[key] = make(self.env.event())
         return key, message
 
     def _p2p(self, rank: int, op_index: int, op: Op):

@@ -108,18 +108,11 @@ class Gangs(Engine):
             yield from self._p2p_each(rank, op_index, op)
             return
         arrival = self.env.now
-        order = plan[0]
-        counter = (op.group, op.kind)
-        seq = self._seq[rank].get(counter, 0)
-        self._seq[rank][counter] = seq + 1
-        key = (op.group, order, seq)
-        group = self._messages.get(key)
-        if group is None:
-            group = self._messages[key] = MessageGroup(self.env.event())
+        order, positions, plan_id = plan
+        key, group = self._message(rank, op, order, MessageGroup)
         if op.kind is OpKind.SEND:
             self._send_group(key, group, op)
         yield group.done
-        order, positions, plan_id = plan
         own = positions[0]
         row = group.rows[own]
         start = max(arrival, group.start)

@@ -34,22 +34,14 @@ class BatchNetwork(Network):
         transfer (``events``, or new ones), each firing ``then`` seconds after its
         own flows have ended: the same ends as starting them one by one now."""
         events = [self.env.event() for _ in calls] if events is None else events
-        shape = self._shapes.get(key) if key is not None else None
-        if shape is None:
-            routes = [r for rs, _ in calls for r in rs]
-            sizes = [x for _, xs in calls for x in xs]
-            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
-            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        shape = self._batch_shape(calls, key)
         if shape is None:
             for event in events:
                 succeed_at(self.env, event, then)
             return events
         t = _Transfer(None, shape, self.env.now, key, then)
         t.parts = dict(enumerate(events))
-        for p, flows in enumerate(shape.part_flows):
-            if len(flows) == 0:
-                self._fire(t, p)
-        self._start(t)
+        self._start_parts(t)
         return events
 
     def transfer_group(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
@@ -60,12 +52,7 @@ class BatchNetwork(Network):
         event would fire) and one event (``done``, or a new one) fires at the
         last part's end."""
         done = self.env.event() if done is None else done
-        shape = self._shapes.get(key)
-        if shape is None:
-            routes = [r for rs, _ in calls for r in rs]
-            sizes = [x for _, xs in calls for x in xs]
-            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
-            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        shape = self._batch_shape(calls, key)
         if shape is None:
             ends[:] = [self.env.now + then] * len(calls)
             succeed_at(self.env, done, then)
@@ -73,11 +60,26 @@ class BatchNetwork(Network):
         t = _Transfer(done, shape, self.env.now, key, then)
         t.parts = dict.fromkeys(range(len(calls)))
         t.ends = ends
-        for p, flows in enumerate(shape.part_flows):
+        self._start_parts(t)
+        return done
+
+    def _batch_shape(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
+                     key: Hashable | None) -> _Shape | None:
+        """The flows of all parts as one shape, each part's flows known (cached)."""
+        shape = self._shapes.get(key) if key is not None else None
+        if shape is None:
+            routes = [r for rs, _ in calls for r in rs]
+            sizes = [x for _, xs in calls for x in xs]
+            part_of = [p for p, (rs, _) in enumerate(calls) for _ in rs]
+            shape = self._shape(routes, sizes, key, part_of, len(calls))
+        return shape
+
+    def _start_parts(self, t: _Transfer) -> None:
+        """Fire the parts with no flows now; start the rest."""
+        for p, flows in enumerate(t.shape.part_flows):
             if len(flows) == 0:
                 self._fire(t, p)
         self._start(t)
-        return done
 
     def _solo_started(self, ident: int, t: _Transfer, duration: float) -> None:
         """Parts that end before the last: one timeout per distinct end."""
