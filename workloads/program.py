@@ -43,32 +43,47 @@ STRATEGIES = (tensor, context, data, pipeline, sharded)  # groups and checks, in
 
 ADAM_BYTES_PER_PARAM = 28  # read fp32 master, m, v and the grad; write them and the weight
 
+def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
+              forward: bool) -> tuple[tuple, ...]:
+    """One layer pass's items in order, worked out once per program (a large run
+    has hundreds of thousands of passes): ``("tp", collective or None)`` for
+    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``."""
+    plan = []
+    for item in sequence if forward else sequence[::-1]:
+        if isinstance(item, bool):
+            kind = tensor.block_comm(forward, item, shard.sequence_parallel)
+            plan.append(("tp", kind if shard.tp > 1 else None))
+        elif item.name == "attention":
+            plan.append(("attention", item))
+        else:
+            plan.append(("kernel", item, *kernel_cost(item, not forward, training)))
+    return tuple(plan)
+
+
 def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None = None,
                 mem_end: tuple = (), record: bool = False, recompute: bool = False) -> None:
     """One layer's forward (or backward) on one micro-batch."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
-    sequence = ctx.layer_sequence
-    if not forward:
-        sequence = sequence[::-1]
+    plan = ctx.passes[forward]
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
     extra = (gather,) if gather is not None else ()
-    last = len(sequence) - 1
-    for n, item in enumerate(sequence):
-        if isinstance(item, bool):
-            kind = tensor.block_comm(forward, item, sh.sequence_parallel)
-            if sh.tp > 1 and kind is not None:
-                b.collective(kind, comm_bytes, TP_STREAM, "tp", phase, mb, layer)
+    last = len(plan) - 1
+    for n, item in enumerate(plan):
+        what = item[0]
+        if what == "tp":
+            if item[1] is not None:
+                b.collective(item[1], comm_bytes, TP_STREAM, "tp", phase, mb, layer)
             continue
-        if item.name == "attention":
-            context.attention(b, item, forward, phase, mb, layer)
+        if what == "attention":
+            context.attention(b, item[1], forward, phase, mb, layer)
             continue
-        flops, nbytes = kernel_cost(item, not forward, ctx.training)
-        i = b.compute(item, phase, mb, layer, flops, nbytes, mem=mem_end if n == last else (),
-                      extra=extra)
+        kernel = item[1]
+        i = b.compute(kernel, phase, mb, layer, item[2], item[3],
+                      mem=mem_end if n == last else (), extra=extra)
         extra = ()
-        if record and item.params:
-            b.grads.setdefault(layer, []).append((i, GRAD_BYTES * item.params))
+        if record and kernel.params:
+            b.grads.setdefault(layer, []).append((i, GRAD_BYTES * kernel.params))
 
 
 def _layer_memory(ctx: Context) -> tuple[float, float]:
@@ -249,11 +264,12 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
     vocab = padded_vocab(model.vocab, parallel.tp)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention)
+    sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
     ctx = Context(model, training, parallel, shard, vocab,
-                   pipeline.virtual_stage_layers(model.layers, parallel.pp, parallel.virtual_stages,
-                                        parallel.stage_layers),
-                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
-                   tensor.layer_sequence(K.layer_kernels(model, shard)))
+                  pipeline.virtual_stage_layers(model.layers, parallel.pp,
+                                                parallel.virtual_stages, parallel.stage_layers),
+                  parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
+                  sequence, {f: pass_plan(sequence, shard, training, f) for f in (True, False)})
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]

@@ -37,6 +37,7 @@ class Context:
     dp_group: str  # the data-parallel group dimension for gradients
     shards: int  # ZeRO/FSDP shard count
     layer_sequence: list  # one layer's forward kernels with Megatron's f/g markers (bools)
+    passes: dict  # forward? -> one layer pass's items (program.pass_plan)
 
     @property
     def last_virtual(self) -> int:
@@ -73,10 +74,15 @@ class Stage:
 
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
                 nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:
-        deps = tuple(self.ready) + tuple(extra)
-        i = self._add(Op(OpKind.COMPUTE, kernel.name, COMPUTE_STREAM, phase, deps, kernel.cls,
-                         flops, nbytes, kernel.shape, microbatch=mb, layer=layer, mem=mem))
-        self.last_compute, self.ready = i, []
+        """Append a kernel after what the next compute waits for (a hot path: a
+        large run appends millions)."""
+        ready = self.ready
+        deps = (*ready, *extra) if ready or extra else ()
+        self.ops.append(Op(OpKind.COMPUTE, kernel.name, COMPUTE_STREAM, phase, deps, kernel.cls,
+                           flops, nbytes, kernel.shape, None, "", mb, layer, mem))
+        self.last_compute = i = len(self.ops) - 1
+        if ready:
+            self.ready = []
         return i
 
     def _after_compute(self) -> tuple[int, ...]:

@@ -51,37 +51,64 @@ def server_traffic(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]
                    servers: Sequence[int] | None = None) -> dict[tuple[int, str], tuple]:
     """(server, counter name) -> (times, GB/s) for every call in ``comms``; with
     ``servers``, only those servers' counters (from the calls with a member there:
-    a large run's trace shows a few servers, its log has millions of calls)."""
+    a large run's trace shows a few servers, its log has millions of calls).
+
+    Vectorized over the log: each distinct call (group, members, collective,
+    size) is lowered once, and its rows' rates go to its links' counters as
+    arrays, so the cost is per distinct call, not per row."""
     server, kind = fabric.link_classes()
     if servers is not None:
         kind = np.where(np.isin(server, list(servers)), kind, 0)
         comms = _touching(comms, groups, placement, fabric, set(servers))
+    comms = comms[comms["end"].to_numpy() > comms["start"].to_numpy()]
     counted = np.flatnonzero(kind > 0)
     slot = server[counted] * 3 + kind[counted]  # one slot per (server, class)
     slots = int(slot.max()) + 1 if len(slot) else 0
-    changes: dict[int, list[tuple[float, float]]] = {}
-    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    for row in comms.itertuples(index=False):
-        if row.end <= row.start:
-            continue
-        key = (row.group, row.group_index, row.collective, row.bytes)
-        if key not in cache:
-            members = groups[row.group][row.group_index]
-            lowered = lower(Collective(row.collective), [placement[r] for r in members],
-                            row.bytes)
-            per_slot = np.bincount(slot, weights=wire_bytes(lowered, len(fabric.capacity))[
-                counted], minlength=slots)
-            used = np.flatnonzero(per_slot)
-            cache[key] = (used, per_slot[used])
-        used, volume = cache[key]
-        for s, rate in zip(used.tolist(), (volume / (row.end - row.start) / 1e9).tolist(),
-                           strict=True):
-            changes.setdefault(s, []).extend(((row.start, rate), (row.end, -rate)))
+    keys = ["group", "group_index", "collective", "bytes"]
+    codes = comms.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
+    start, end = comms["start"].to_numpy(), comms["end"].to_numpy()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange((codes.max() + 2) if len(codes) else 1))
+    parts: dict[int, list[tuple[np.ndarray, float]]] = {}
+    first = comms.iloc[order[bounds[:-1]]][keys].itertuples(index=False, name=None)
+    for k, (group, index, collective, size) in enumerate(first):
+        members = groups[group][index]
+        lowered = lower(Collective(collective), [placement[r] for r in members], size)
+        per_slot = np.bincount(slot, weights=wire_bytes(lowered, len(fabric.capacity))[
+            counted], minlength=slots)
+        rows = order[bounds[k]:bounds[k + 1]]
+        for s in np.flatnonzero(per_slot).tolist():
+            parts.setdefault(s, []).append((rows, float(per_slot[s])))
     out = {}
-    for s, pairs in sorted(changes.items()):
-        times, deltas = np.array(pairs).T
-        out[(s // 3, CLASSES[s % 3])] = step_counters(times, deltas)
+    for s, pieces in sorted(parts.items()):
+        rows = np.concatenate([r for r, _ in pieces])
+        volume = np.concatenate([np.full(len(r), v) for r, v in pieces])
+        rate = volume / (end[rows] - start[rows]) / 1e9
+        out[(s // 3, CLASSES[s % 3])] = step_counters(
+            np.concatenate([start[rows], end[rows]]), np.concatenate([rate, -rate]))
     return out
+
+
+def binned(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step function (value ``values[i]`` from ``times[i]`` on) as its averages
+    over ``bins`` equal bins from the first time to the last: the same bytes
+    moved in each bin, at the resolution a zoomed-out trace shows. Functions
+    with fewer changes than ``bins`` come back as they are; a bin with the
+    previous bin's average adds no sample.
+
+    >>> binned(np.array([0.0, 1.0, 3.0, 4.0]), np.array([2.0, 0.0, 4.0, 0.0]), 2)
+    (array([0., 2., 4.]), array([1., 2., 0.]))
+    >>> binned(np.array([0.0, 1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 1.0, 0.0]), 2)
+    (array([0., 4.]), array([1., 0.]))
+    """
+    times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+    if len(times) <= bins + 1:
+        return times, values
+    area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(times))])
+    edges = np.linspace(times[0], times[-1], bins + 1)
+    average = np.append(np.diff(np.interp(edges, times, area)) / np.diff(edges), values[-1])
+    changed = np.r_[True, average[1:] != average[:-1]]
+    return edges[changed], average[changed]
 
 
 def _touching(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],

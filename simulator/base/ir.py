@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 # Streams, declared once: compute, and one communication stream per parallel
 # dimension, named after it (its collectives' groups carry the same name).
@@ -61,9 +62,10 @@ class Phase(Enum):
     OPTIMIZER = "optimizer"
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One kernel or one collective call of one rank."""
+class Op(NamedTuple):
+    """One kernel or one collective call of one rank. Immutable (programs share
+    op tuples between ranks); a NamedTuple because a large run's program has
+    millions of ops and a frozen dataclass takes twice as long to build."""
 
     kind: OpKind
     name: str

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -65,6 +66,16 @@ def category(kind: str, phase: str, stream: str) -> str:
     if kind == "comm":
         return f"{stream.upper()} communication" if stream in STREAMS else "DP communication"
     return phase if phase in CATEGORIES else "forward"
+
+
+def categories(spans: pd.DataFrame) -> np.ndarray:
+    """Every span's legend category (``category`` once per distinct kind, phase
+    and stream)."""
+    if len(spans) == 0:
+        return np.array([], dtype=object)
+    codes, distinct = pd.MultiIndex.from_frame(
+        spans[["kind", "phase", "stream"]].astype(str)).factorize()
+    return np.array([category(*triple) for triple in distinct], dtype=object)[codes]
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -212,10 +223,26 @@ def merge_close(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndar
     return s[at], np.maximum.reduceat(e, at)
 
 
-def _bars(part: pd.DataFrame, scale: float, gap: float) -> list[tuple[float, float]]:
-    """(x, width) of a lane's merged intervals, for ``broken_barh``."""
+def _bars(part: pd.DataFrame, scale: float, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, width) arrays of a lane's merged intervals."""
     s, e = merge_close(part["start"].to_numpy(), part["end"].to_numpy(), gap)
-    return list(zip((s * scale).tolist(), ((e - s) * scale).tolist(), strict=True))
+    return s * scale, (e - s) * scale
+
+
+def _rectangles(ax: Axes, bars: tuple[np.ndarray, np.ndarray], y: float, height: float,
+                **style) -> None:
+    """Bars ``(x, width)`` from ``y`` to ``y + height`` as one PolyCollection built
+    from arrays (``broken_barh`` converts units bar by bar: seconds for the
+    hundreds of thousands of bars of a large run). The caller sets the limits."""
+    x, w = bars
+    if len(x) == 0:
+        return
+    verts = np.empty((len(x), 4, 2))
+    verts[:, 0, 0] = verts[:, 1, 0] = x
+    verts[:, 2, 0] = verts[:, 3, 0] = x + w
+    verts[:, (0, 3), 1] = y
+    verts[:, (1, 2), 1] = y + height
+    ax.add_collection(PolyCollection(verts, **style), autolim=False)
 
 
 def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
@@ -226,6 +253,7 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
     lanes = _lanes(spans, streams)
     width = float(spans["end"].max() - spans["start"].min()) * scale if len(spans) else 1.0
     gap = width / scale * PIXEL_FRACTION  # seconds: far below a pixel at the figure's width
+    spans = spans.assign(cat=categories(spans))
     by_rank = dict(tuple(spans.groupby("rank", sort=False, observed=True)))
     used: set[str] = set()
     for y, row in enumerate(rows):
@@ -234,26 +262,23 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
             continue
         if row.stream is not None:
             frame = frame[frame["stream"] == row.stream]
-        cats = [category(k, p, s) for k, p, s in zip(frame["kind"], frame["phase"],
-                                                      frame["stream"], strict=True)]
-        for (stream, name), part in frame.assign(cat=cats).groupby(["stream", "cat"],
-                                                                   observed=True):
+        for (stream, name), part in frame.groupby(["stream", "cat"], observed=True):
             offset, height = lanes.get(str(stream), lanes["compute"])
-            bars = _bars(part, scale, gap)
-            hatched = [b for b in bars if b[1] >= HATCH_MIN * width] if name in HATCH else []
-            if hatched:  # a hatch shows only on blocks a few pixels wide: draw it there
-                ax.broken_barh(hatched, (y + offset, height), facecolors=CATEGORIES[name],
-                               hatch=HATCH[name], edgecolor="white", linewidth=0)
-                bars = [b for b in bars if b[1] < HATCH_MIN * width]
-            ax.broken_barh(bars, (y + offset, height), facecolors=CATEGORIES[name],
-                           linewidth=0)
+            x, w = _bars(part, scale, gap)
+            wide = w >= HATCH_MIN * width if name in HATCH else np.zeros(len(w), dtype=bool)
+            if wide.any():  # a hatch shows only on blocks a few pixels wide: draw it there
+                _rectangles(ax, (x[wide], w[wide]), y + offset, height,
+                            facecolors=CATEGORIES[name], hatch=HATCH[name],
+                            edgecolor="white", linewidth=0)
+            _rectangles(ax, (x[~wide], w[~wide]), y + offset, height,
+                        facecolors=CATEGORIES[name], linewidth=0)
             used.add(name)
         bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
-            ax.broken_barh(_bars(bubbles, scale, gap), (y + offset, height),
-                           facecolors=CATEGORIES["pipeline bubble"],
-                           alpha=0.45, linewidth=0, zorder=0.5)
+            _rectangles(ax, _bars(bubbles, scale, gap), y + offset, height,
+                        facecolors=CATEGORIES["pipeline bubble"],
+                        alpha=0.45, linewidth=0, zorder=0.5)
         compute = frame[frame["kind"] == "compute"]
         if labels and len(compute):
             offset, height = lanes["compute"]

@@ -23,9 +23,10 @@
                         while the run has at most TRACE_SPANS spans, else for
                         TRACE_RANKS ranks spread over the pipeline stages, kernel
                         by kernel while those have at most TRACE_SPANS spans, else
-                        one slice per layer pass (``otherData.detail`` says which;
+                        one slice per layer pass and link-traffic counters averaged
+                        over COUNTER_BINS bins (``otherData.detail`` says which;
                         ``clustersim trace RUN_DIR --ranks ...`` writes any rank's
-                        kernels)
+                        kernels and exact counters)
     gantt.FMT, memory.FMT  figures
 
 ``clustersim gantt``, ``comms`` and ``compare`` read these back without
@@ -41,6 +42,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from simulator.analysis.traffic import binned
 from simulator.engine.folded import Folded
 from simulator.outputs import exports
 
@@ -48,6 +50,7 @@ TEXT_COLUMNS = ("stream", "kind", "name", "phase")
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
+COUNTER_BINS = 2_000  # a layer-detail trace's link counters: averages over this many bins
 OPTIONAL_FILES = ("spans.csv", "comms.csv", "classes.csv", "mate_calls.parquet")
 
 
@@ -138,7 +141,10 @@ def _write_trace(result, path: Path) -> None:
     if len(spans) > TRACE_SPANS:
         spans, detail = exports.layer_detail(spans), "layer"
     counters = exports.memory_counters(result.memory, result.node_of_rank)
-    counters.update(result.traffic(servers))
+    traffic = result.traffic(servers)
+    if detail == "layer":  # a counter sample per kernel would outnumber the slices
+        traffic = {key: binned(*steps, COUNTER_BINS) for key, steps in traffic.items()}
+    counters.update(traffic)
     exports.write_chrome_trace(spans, result.placement, path, result.comms, counters, detail)
 
 
