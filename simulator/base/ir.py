@@ -62,6 +62,9 @@ class Phase(Enum):
     OPTIMIZER = "optimizer"
 
 
+PHASE_NAME = {phase: phase.value for phase in Phase}  # for hot paths: a dict, not Enum.value
+
+
 class Op(NamedTuple):
     """One kernel or one collective call of one rank. Immutable (programs share
     op tuples between ranks); a NamedTuple because a large run's program has

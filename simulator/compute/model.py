@@ -54,7 +54,20 @@ class ComputeModel:
         return max(t_flops, t_memory) + self.kernel_overhead
 
     def durations(self, ops: tuple[Op, ...]) -> np.ndarray:
-        return np.array([self.duration(op) for op in ops], dtype=float)
+        """``duration`` of each op, worked out once per distinct kernel (a stage's
+        program repeats a layer's few kernels hundreds of thousands of times)."""
+        memo: dict[tuple, float] = {}
+        out = []
+        for op in ops:
+            if op.kind is not OpKind.COMPUTE:
+                out.append(0.0)
+                continue
+            key = (op.name, id(op.kernel), op.flops, op.bytes, op.shape)  # no Enum hashing
+            seconds = memo.get(key)
+            if seconds is None:
+                seconds = memo[key] = self.duration(op)
+            out.append(seconds)
+        return np.array(out, dtype=float)
 
 
 def jitter_factors(seed: int, rank: int, count: int, sigma: float) -> np.ndarray:

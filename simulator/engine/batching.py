@@ -16,7 +16,7 @@ communication boundaries.
 
 from __future__ import annotations
 
-from simulator.base.ir import Op
+from simulator.base.ir import PHASE_NAME, Op
 from simulator.engine.core import Engine
 
 
@@ -32,7 +32,7 @@ class BatchedCompute(Engine):
         super()._prepare_rank(rank, durations)
         ops = self.program.ops[rank]
         if id(ops) not in self._phases:
-            self._phases[id(ops)] = [op.phase.value for op in ops]
+            self._phases[id(ops)] = [PHASE_NAME[op.phase] for op in ops]
             depended = {d for op in ops for d in op.deps}
             self._watched[id(ops)] = [i in depended or bool(op.mem) for i, op in enumerate(ops)]
 

@@ -15,7 +15,7 @@ Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give
 
 from __future__ import annotations
 
-from simulator.base.ir import Op, OpKind, Program
+from simulator.base.ir import PHASE_NAME, Op, OpKind, Program
 from simulator.engine.gangs import Gangs
 from simulator.network.fabric import Fabric
 
@@ -47,6 +47,8 @@ class ExclusiveLinks(Gangs):
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._alone_plans: dict[tuple[str, int], tuple[int, int]] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
+        self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
+        self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
 
     def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
         """The ``dim`` groups of ``rep``'s gang (index, members), if the gang holds
@@ -61,18 +63,58 @@ class ExclusiveLinks(Gangs):
         ops = self.program.ops[rank]
         if id(ops) not in self._inlinable:
             out: list[tuple | None] = [None] * len(ops)
+            depended = {d for op in ops for d in op.deps}
             for stream, indices in self._streams[rank].items():
                 if all(ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive
                        for i in indices):  # a stream of exclusive calls only (tp's)
                     for position, i in enumerate(indices):
                         out[i] = (stream, position, indices[position - 1] if position else None)
+                    self._awaited[(id(ops), stream)] = all(i in depended for i in indices)
             self._inlinable[id(ops)] = out
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
-        if self._inlinable[id(self.program.ops[rank])][indices[0]] is not None:
+        ops = self.program.ops[rank]
+        if self._inlinable[id(ops)][indices[0]] is not None:
             # a stream of exclusive calls (all or none of a stream's ops are inlinable)
+            if self._awaited[(id(ops), stream)] and all(
+                    (g, rank) in self._covered for g in {ops[i].group for i in indices}):
+                self._lazy.add((rank, stream))
+                return self._no_process()
             return self._settling_stream(rank, stream, indices, durations)
         return super()._process(rank, stream, indices, durations)
+
+    @staticmethod
+    def _no_process():
+        """A stream whose calls are settled when needed (``_settle_when_ready``)."""
+        yield from ()
+
+    def _waiter(self, rank: int, op_index: int):
+        """Waiting for a lazily settled call: settle it as soon as its inputs end."""
+        event = super()._waiter(rank, op_index)
+        where = self._inlinable.get(id(self.program.ops[rank]), ())
+        if where and where[op_index] is not None and (rank, where[op_index][0]) in self._lazy:
+            self._settle_when_ready(rank, op_index)
+        return event
+
+    def _settle_when_ready(self, rank: int, op_index: int) -> None:
+        """Settle the calls of ``op_index``'s stream up to it, in order, each at the
+        time its inputs and its predecessor have ended: at once where those ends
+        are known, else when the first unknown one ends. Every call on such a
+        stream is awaited by some op (``_awaited``), so each is settled when it
+        first matters, at the time the reference stream would have run it,
+        without a process waking for every call."""
+        ops, done = self.program.ops[rank], self.done[rank]
+        stream, position, _ = self._inlinable[id(ops)][op_index]
+        indices = self._streams[rank][stream]
+        while done[op_index] is None:
+            i = indices[self._cursor[(rank, stream)]]
+            if self._settle(rank, i, floor=0.0) is None:  # when its inputs end, even past
+                previous = self._inlinable[id(ops)][i][2]
+                blocker = next(d for d in (*ops[i].deps, previous)
+                               if d is not None and done[d] is None)
+                self._waiter(rank, blocker).callbacks.append(
+                    lambda _e: self._settle_when_ready(rank, op_index))
+                return
 
     def _settling_stream(self, rank: int, stream: str, indices: list[int],
                          durations: list[float]):
@@ -102,7 +144,7 @@ class ExclusiveLinks(Gangs):
             return
         yield from super()._collective(rank, op_index, op)
 
-    def _settle(self, rank: int, op_index: int) -> float | None:
+    def _settle(self, rank: int, op_index: int, floor: float | None = None) -> float | None:
         """Run an exclusive-link collective now, at its planned time, if it is next on
         its stream, its inputs' ends are known, and this rank's gang is its whole
         group; return its end, or None. (A hot path: plain loops, no helpers.)"""
@@ -117,7 +159,7 @@ class ExclusiveLinks(Gangs):
         op, done = ops[op_index], self.done[rank]
         if (op.group, rank) not in self._covered:
             return None
-        start = self.env.now
+        start = self.env.now if floor is None else floor
         for d in (*op.deps, previous) if previous is not None else op.deps:
             end = done[d]
             if end is None:
@@ -134,18 +176,19 @@ class ExclusiveLinks(Gangs):
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
         covered = self._covered[(op.group, rank)]
-        base, ends = len(self.collectives), []
+        base, ends, log = len(self.collectives), [], self.collectives
         for index, members in covered:
             duration, kind, row = self._alone_call(op, index, members)
-            ends.append(start + duration)
-            self.collectives.append((op.group, index, -1, kind, op.name, *row, start, start,
-                                     start + duration))
+            end = start + duration
+            ends.append(end)
+            log.append((op.group, index, -1, kind, op.name, *row, start, start, end))
         own, plan = self._alone_plan(op.group, rank)
         self.mate_blocks.setdefault(rank, {})[base + own] = plan  # the calls are a block
-        self.spans.append((rank, op.stream, "comm", op.name, start, ends[own], op.phase.value,
-                           op.microbatch, op.layer, op.bytes, base + own))
-        self._check_lockstep(rank, op, [(members, end) for (_, members), end in
-                                        zip(covered, ends, strict=True)])
+        self.spans.append((rank, op.stream, "comm", op.name, start, ends[own],
+                           PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, base + own))
+        if len(ends) > 1:
+            self._check_lockstep(rank, op, [(members, end) for (_, members), end in
+                                            zip(covered, ends, strict=True)])
         self._finish(rank, op_index, max(ends))
 
     def _alone_plan(self, dim: str, rank: int) -> tuple[int, int]:

@@ -190,10 +190,14 @@ class Gangs(Engine):
                 group.ends[i], lowerings[i] = end, lowered
         group.spread = (min(group.ends), max(group.ends))
         group.rows = list(range(len(self.collectives), len(self.collectives) + len(order)))
-        start = group.start
+        start, fields = group.start, {}
+        for lowered in lowerings:
+            if id(lowered) not in fields:
+                fields[id(lowered)] = (lowered.algorithm.value, lowered.protocol.value,
+                                       lowered.channels)
         self.collectives.extend(
-            (dim, pair, seq, "send_recv", op.name, 2, op.bytes, lowered.algorithm.value,
-             lowered.protocol.value, lowered.channels, start, start, end)
+            (dim, pair, seq, "send_recv", op.name, 2, op.bytes, *fields[id(lowered)],
+             start, start, end)
             for pair, lowered, end in zip(order, lowerings, group.ends, strict=True))
 
     def _p2p_each(self, rank: int, op_index: int, op: Op):

@@ -123,12 +123,12 @@ class Network:
     def _start(self, t: _Transfer) -> None:
         """Run ``t`` solo if its links are free, else in a component with their users."""
         owners = self._owner[t.links]
-        solos = np.unique(owners[owners >= 0])
         touched = self._component_of[t.links]
-        components = np.unique(touched[touched >= 0])
-        if len(solos) == 0 and len(components) == 0:
+        if owners.max() < 0 and touched.max() < 0:  # every link free (the common case)
             self._start_solo(t)
             return
+        solos = np.unique(owners[owners >= 0])
+        components = np.unique(touched[touched >= 0])
         merged = [t] + [self._from_solo(self._solos.pop(i)) for i in solos.tolist()]
         for ident in components.tolist():
             component = self._components.pop(ident)

@@ -73,8 +73,10 @@ def categories(spans: pd.DataFrame) -> np.ndarray:
     and stream)."""
     if len(spans) == 0:
         return np.array([], dtype=object)
-    codes, distinct = pd.MultiIndex.from_frame(
-        spans[["kind", "phase", "stream"]].astype(str)).factorize()
+    columns = ["kind", "phase", "stream"]
+    codes = spans.groupby(columns, sort=False, observed=True).ngroup().to_numpy()
+    first = np.unique(codes, return_index=True)[1]
+    distinct = spans[columns].iloc[first].astype(str).itertuples(index=False, name=None)
     return np.array([category(*triple) for triple in distinct], dtype=object)[codes]
 
 
@@ -181,12 +183,15 @@ def _window(spans: pd.DataFrame, start: float | None, end: float | None) -> pd.D
 def _blocks(part: pd.DataFrame) -> pd.DataFrame:
     """Consecutive compute spans of one phase and micro-batch merged into blocks
     (across the short gaps of tensor-parallel communication between them)."""
-    part = part.sort_values("start")
-    key = (part["phase"].astype(str) + ":" + part["microbatch"].astype(str)).to_numpy()
-    new = np.concatenate([[True], key[1:] != key[:-1]])
-    block = np.cumsum(new)
-    return part.groupby(block).agg(start=("start", "min"), end=("end", "max"),
-                                   phase=("phase", "first"), mb=("microbatch", "first"))
+    if len(part) == 0:
+        return pd.DataFrame({"start": [], "end": [], "phase": [], "mb": []})
+    part = part.sort_values("start", kind="stable")
+    phase = pd.factorize(part["phase"])[0]
+    mb = part["microbatch"].to_numpy()
+    at = np.flatnonzero(np.r_[True, (phase[1:] != phase[:-1]) | (mb[1:] != mb[:-1])])
+    return pd.DataFrame({"start": np.minimum.reduceat(part["start"].to_numpy(), at),
+                         "end": np.maximum.reduceat(part["end"].to_numpy(), at),
+                         "phase": part["phase"].to_numpy()[at], "mb": mb[at]})
 
 
 def _label_blocks(ax: Axes, part: pd.DataFrame, y: float, scale: float, width: float) -> None:
