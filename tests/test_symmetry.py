@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from simulator import run
 from simulator.engine.gangs import in_step
-from simulator.experiments.symmetry import refined
+from simulator.experiments.symmetry import equitable, refined
 from tests.conftest import ROOT
 from tests.test_parallelism import reference, tiny
 
@@ -87,6 +87,31 @@ def test_refining_replaces_one_class_by_its_parts():
     assert refined({0: (1, 2, 3), 4: (5, 6)}, [(0, 3), (1,), (2,)]) == {
         4: (5, 6), 0: (3,), 1: (), 2: ()}
     assert in_step({5: 1.0, 7: 1.0 + 1e-12, 9: 0.5}) == [(5, 7), (9,)]
+
+
+def test_a_split_is_carried_along_pipeline_pairs():
+    """Stage 0's ranks {0, 1} and {2, 3} diverged; their pipeline peers 4-7 are
+    split the same way, and stage 2 (8-11) after them, in one refinement."""
+    pairs = ((0, 4), (1, 5), (2, 6), (3, 7), (4, 8), (5, 9), (6, 10), (7, 11))
+    classes = equitable({0: (1,), 2: (3,), 4: (5, 6, 7), 8: (9, 10, 11)}, {"pp": pairs})
+    assert classes == {0: (1,), 2: (3,), 4: (5,), 6: (7,), 8: (9,), 10: (11,)}
+
+
+@given(labels=st.lists(st.integers(0, 2), min_size=8, max_size=8),
+       pairs=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=10))
+def test_equitable_classes_only_refine_and_are_stable(labels, pairs):
+    """Every class of the result lies inside one given class, and refining the
+    result again changes nothing."""
+    given: dict[int, list[int]] = {}
+    for rank, label in enumerate(labels):
+        given.setdefault(label, []).append(rank)
+    represents = {ranks[0]: tuple(ranks[1:]) for ranks in given.values()}
+    groups = {"pp": tuple(pair for pair in pairs if pair[0] != pair[1])}
+    out = equitable(represents, groups)
+    assert sorted(r for rep, mates in out.items() for r in (rep, *mates)) == list(range(8))
+    for rep, mates in out.items():
+        assert len({labels[r] for r in (rep, *mates)}) == 1
+    assert equitable(out, groups) == out
 
 
 def test_jitter_and_the_full_option_simulate_every_rank():

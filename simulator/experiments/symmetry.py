@@ -64,15 +64,16 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
 
 
 def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
-           batch_compute: bool) -> Method:
+           batch_compute: bool, program_groups: dict | None = None) -> Method:
     """The method after an automatic run whose classes diverged: the same plug-ins
-    with those classes split by the ends their ranks saw (``diverged.split``), or
-    every rank once ``MAX_REFINEMENTS`` splits did not give a run in lockstep."""
+    with those classes split by the ends their ranks saw (``diverged.split``) and
+    the split carried to the ranks they communicate with (``equitable``), or every
+    rank once ``MAX_REFINEMENTS`` splits did not give a run in lockstep."""
     if method.refinements >= MAX_REFINEMENTS:
         return full(scenario, batch_compute, f"{diverged} (after {method.refinements} "
                     "splits of the classes), so symmetry does not hold")
-    options = {**method.options,
-               "represents": refined(method.options["represents"], diverged.split)}
+    split = refined(method.options["represents"], diverged.split)
+    options = {**method.options, "represents": equitable(split, program_groups)}
     return Method(method.plugins, options, True, refinements=method.refinements + 1)
 
 
@@ -87,6 +88,44 @@ def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
     out = {rep: mates for rep, mates in represents.items() if rep not in ranks}
     out.update({part[0]: part[1:] for part in split})
     return out
+
+
+def equitable(represents: dict[int, tuple[int, ...]],
+              groups: dict[str, tuple[tuple[int, ...], ...]] | None
+              ) -> dict[int, tuple[int, ...]]:
+    """``represents`` split until ranks of one class see the same classes in every
+    group they belong to (colour refinement over the groups: a pipeline pair, a
+    data-parallel group). A rank whose peer diverged is likely to diverge next
+    (a late message arrives late), so carrying a split along the groups at once
+    saves the runs that would find it one pipeline stage at a time. Splitting
+    more never costs exactness: every class is still checked in lockstep.
+
+    >>> equitable({0: (1, 2, 3), 4: (6,), 5: (7,)}, {"pp": ((0, 4), (1, 5), (2, 6), (3, 7))})
+    {0: (2,), 1: (3,), 4: (6,), 5: (7,)}
+    """
+    if not groups:
+        return represents
+    label = {r: rep for rep, mates in represents.items() for r in (rep, *mates)}
+    memberships = [g for dim_groups in groups.values() for g in dim_groups if len(g) > 1]
+    while True:
+        seen: dict[int, list] = {r: [] for r in label}
+        for group in memberships:
+            colours = tuple(sorted(label[r] for r in group if r in label))
+            for r in group:
+                if r in seen:
+                    seen[r].append(colours)
+        keys = {r: (label[r], tuple(sorted(seen[r]))) for r in label}
+        first: dict[tuple, int] = {}
+        for r in sorted(label):
+            first.setdefault(keys[r], r)
+        new = {r: first[keys[r]] for r in label}
+        if len(set(new.values())) == len(set(label.values())):
+            break
+        label = new
+    classes: dict[int, list[int]] = {}
+    for r in sorted(label):
+        classes.setdefault(label[r], []).append(r)
+    return {ranks[0]: tuple(ranks[1:]) for ranks in classes.values()}
 
 
 def full(scenario: Scenario, batch_compute: bool, because: str) -> Method:
