@@ -39,6 +39,7 @@ import simpy
 
 from simulator.base.ir import Collective, Op, OpKind, Program
 from simulator.collectives.tuner import Lowered, execute
+from simulator.engine.call_log import CallLog
 from simulator.engine.records import (
     Call,
     EngineResult,
@@ -74,7 +75,7 @@ class Engine:
                           for dim, groups in program.groups.items()}
         self._expected: dict[tuple[str, int], int] = {}
         self.spans: list[Span] = []
-        self.collectives: list[tuple] = []
+        self.collectives = CallLog()
         self.memory_events: list[list[tuple[float, float, str]]] = [[] for _ in program.ops]
 
     def run(self) -> EngineResult:

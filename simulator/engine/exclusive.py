@@ -46,6 +46,7 @@ class ExclusiveLinks(Gangs):
                          if (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._alone_plans: dict[tuple[str, int], tuple[int, int]] = {}
+        self._alone_blocks: dict[tuple, tuple[list[tuple], list[float], bool]] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
         self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
@@ -175,21 +176,35 @@ class ExclusiveLinks(Gangs):
         each group whole here at ``start``: each ends at its isolated time plus
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
-        covered = self._covered[(op.group, rank)]
-        base, ends, log = len(self.collectives), [], self.collectives
-        for index, members in covered:
-            duration, kind, row = self._alone_call(op, index, members)
-            end = start + duration
-            ends.append(end)
-            log.append((op.group, index, -1, kind, op.name, *row, start, start, end))
+        block, durations, uniform = self._alone_block(rank, op)
+        base = len(self.collectives)
+        self.collectives.block(block, durations, start)
         own, plan = self._alone_plan(op.group, rank)
         self.mate_blocks.setdefault(rank, {})[base + own] = plan  # the calls are a block
-        self.spans.append((rank, op.stream, "comm", op.name, start, ends[own],
+        self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, base + own))
-        if len(ends) > 1:
-            self._check_lockstep(rank, op, [(members, end) for (_, members), end in
-                                            zip(covered, ends, strict=True)])
-        self._finish(rank, op_index, max(ends))
+        if not uniform:
+            self._check_lockstep(rank, op, [(members, start + d) for (_, members), d in
+                                            zip(self._covered[(op.group, rank)], durations,
+                                                strict=True)])
+        self._finish(rank, op_index, start + max(durations))
+
+    def _alone_block(self, rank: int, op: Op) -> tuple[list[tuple], list[float], bool]:
+        """The log rows (but their times) and durations of the calls of ``rank``'s
+        gang's whole groups for ``op``, and whether all durations are equal (then
+        the gang is in lockstep by construction). Cached per call kind: a large
+        gang holds a hundred groups, and a stage makes thousands of such calls."""
+        key = (op.group, rank, op.name, id(op.collective), op.bytes)
+        cached = self._alone_blocks.get(key)
+        if cached is None:
+            block, durations = [], []
+            for index, members in self._covered[(op.group, rank)]:
+                duration, kind, row = self._alone_call(op, index, members)
+                block.append((op.group, index, -1, kind, op.name, *row))
+                durations.append(duration)
+            cached = self._alone_blocks[key] = (block, durations,
+                                                len(set(durations)) == 1)
+        return cached
 
     def _alone_plan(self, dim: str, rank: int) -> tuple[int, int]:
         """(position of ``rank``'s group among its gang's whole ``dim`` groups, the plan

@@ -80,15 +80,14 @@ class Gangs(Engine):
         self._parts: dict[int, dict[int, int]] = {}  # rep -> member -> part, once split
         self._rep_of = {m: rep for rep, ms in self._mates.items() for m in (rep, *ms)}
         self._group_plans: dict[tuple, tuple | None] = {}
+        self._gang_group_cache: dict[tuple[int, str], tuple] = {}
 
     def _arriving(self) -> set[int]:
         return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
 
     def _collective(self, rank: int, op_index: int, op: Op):
         index = self._group_of[op.group][rank]
-        groups: dict[int, list[int]] = {}  # group index -> this gang's members in it
-        for r in (rank, *self._mates[rank]):
-            groups.setdefault(self._group_of[op.group][r], []).append(r)
+        groups, plan = self._gang_groups(rank, op.group)
         calls = {g: self._join(members, op) for g, members in groups.items()}
         own = calls[index]
         arrival = self.env.now
@@ -96,11 +95,33 @@ class Gangs(Engine):
         self._record(rank, op, arrival, own.start, own.end, own.row)
         self._check_lockstep(rank, op, [(members, calls[g].end)
                                         for g, members in groups.items()])
-        for g, members in groups.items():
-            if g != index:  # mates in other groups: their own call's log row
-                for mate in members:
-                    self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
+        rows = [call.row for call in calls.values()]
+        if plan is not None and rows == list(range(rows[0], rows[0] + len(rows))):
+            # logged as a block in the gang's group order: one entry for every mate
+            self.mate_blocks.setdefault(rank, {})[own.row] = plan
+        else:
+            for g, members in groups.items():
+                if g != index:  # mates in other groups: their own call's log row
+                    for mate in members:
+                        self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
         self._finish(rank, op_index, max(c.end for c in calls.values()))
+
+    def _gang_groups(self, rank: int, dim: str) -> tuple[dict[int, list[int]], int | None]:
+        """The ``dim`` groups ``rank``'s gang has members in (group index -> those
+        members, in the gang's order), and the block plan of its mates' rows when
+        the groups' calls are logged consecutively in that order (None: one group).
+        Cached."""
+        key = (rank, dim)
+        if key not in self._gang_group_cache:
+            groups: dict[int, list[int]] = {}
+            for r in (rank, *self._mates[rank]):
+                groups.setdefault(self._group_of[dim][r], []).append(r)
+            order = list(groups)
+            own = order.index(self._group_of[dim][rank])
+            plan = self._plan({m: k - own for k, g in enumerate(order) for m in groups[g]
+                               if m != rank}) if len(groups) > 1 else None
+            self._gang_group_cache[key] = (groups, plan)
+        return self._gang_group_cache[key]
 
     def _p2p(self, rank: int, op_index: int, op: Op):
         plan = self._group_plan(rank, op)

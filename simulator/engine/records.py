@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from simulator.base.ir import Op
+from simulator.engine.call_log import CallLog
 
 Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes, call)
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
@@ -61,7 +62,7 @@ class Message:
 @dataclass
 class EngineResult:
     spans: list[Span]
-    collectives: list[tuple]
+    collectives: CallLog  # its rows: .frame(COLLECTIVE_COLUMNS)
     memory_events: list[list[tuple[float, float, str]]]  # per rank: (time, delta, category)
     events: int
     network_recomputes: int

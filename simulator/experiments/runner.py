@@ -22,6 +22,7 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel, jitter_factors
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
+from simulator.engine.call_log import CallLog
 from simulator.engine.folded import Folded
 from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS, NotInLockstep
 from simulator.experiments import symmetry
@@ -222,10 +223,10 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                      (program.groups, fabric, lowering), folded)
 
 
-def _comms(rows: list[tuple]) -> pd.DataFrame:
+def _comms(log: CallLog) -> pd.DataFrame:
     """The communication log: every collective call and message, with the
     parallelism dimension of its group and how long its first member waited."""
-    comms = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
+    comms = log.frame(COLLECTIVE_COLUMNS)
     groups = comms["group"].astype("category")  # few distinct groups: map those
     dimension = groups.map({g: str(g).split(".")[0] for g in groups.cat.categories})
     comms.insert(0, "dimension", dimension.astype("category"))
