@@ -11,7 +11,9 @@ from simulator import run as api_run
 from simulator.base.ir import COMPUTE_STREAM, Collective, Op, OpKind, Phase, Program
 from simulator.collectives.tuner import Collectives
 from simulator.config.scenario import from_dict
+from simulator.engine.call_log import CallLog
 from simulator.engine.core import Engine, SimulationError
+from simulator.engine.records import COLLECTIVE_COLUMNS
 from simulator.experiments.runner import run
 from simulator.network.fabric import Fabric
 from simulator.outputs.exports import chrome_trace
@@ -166,3 +168,30 @@ def test_compute_model_uses_the_gpu(small):
     h100 = api_run(small).summary
     assert h100["compute_s"] < a100["compute_s"]
     assert dataclasses.is_dataclass(from_dict(small).gpu)
+
+
+@settings(max_examples=30, deadline=None)
+@given(entries=st.lists(st.tuples(st.booleans(), st.floats(0.0, 10.0), st.integers(0, 1)),
+                        max_size=12))
+def test_a_call_log_of_rows_and_blocks_is_the_table_of_every_row(entries):
+    """Blocks (a gang's exclusive calls: rows differing only in their times) give
+    the table, row numbers and dtypes that appending each row would."""
+    templates = [[("tp", i, -1, "all_reduce", "all_reduce", 8, 1e6, "ring", "simple", 2)
+                  for i in range(3)],
+                 [("tp", i, -1, "all_gather", "all_gather", 8, 2e6, "ring", "ll", 4)
+                  for i in range(2)]]
+    durations = [[1.0, 2.0, 1.5], [0.5, 0.5]]
+    log, rows = CallLog(), []
+    for n, (explicit, t, kind) in enumerate(entries):
+        assert len(log) == len(rows)
+        if explicit:
+            row = ("pp.f0", n, n, "send_recv", "send", 2, 4e6, "direct", "simple", 1, t, t,
+                   t + 0.25)
+            log.append(row)
+            rows.append(row)
+        else:
+            log.block(templates[kind], durations[kind], t)
+            rows += [(*head, t, t, t + d) for head, d in zip(templates[kind], durations[kind])]
+    expected = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
+    if rows:
+        pd.testing.assert_frame_equal(log.frame(COLLECTIVE_COLUMNS), expected)

@@ -55,24 +55,57 @@ class CallLog:
         self._count += len(heads)
 
     def frame(self, columns: Sequence[str]) -> pd.DataFrame:
-        """Every row, in row order, as a table with ``columns``."""
-        parts = [pd.DataFrame(self._rows, columns=list(columns))]
-        positions = [np.asarray(self._row_at, dtype=np.int64)]
-        if self._blocks:
-            first, template, start = (np.asarray(x) for x in zip(*self._blocks, strict=True))
-            for t, (heads, durations) in enumerate(self._templates):
-                at = np.flatnonzero(template == t)
-                k, n = len(heads), len(at)
-                part = pd.DataFrame(heads, columns=list(columns[:-3]))
-                part = part.iloc[np.tile(np.arange(k), n)].reset_index(drop=True)
-                begin = np.repeat(start[at].astype(float), k)
-                part[columns[-3]] = begin
-                part[columns[-2]] = begin
-                part[columns[-1]] = begin + np.tile(np.asarray(durations, dtype=float), n)
-                parts.append(part)
-                positions.append((first[at][:, None] + np.arange(k)).ravel())
-        if len(parts) == 1:
-            return parts[0]
-        table = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
-        order = np.argsort(np.concatenate(positions), kind="stable")
-        return table.iloc[order].reset_index(drop=True)
+        """Every row, in row order, as a table with ``columns``: each column is
+        filled in place (explicit rows at their row numbers, each block's rows
+        from its template), text through codes, so a log of millions of rows is
+        built without a Python object per row."""
+        explicit = pd.DataFrame(self._rows, columns=list(columns))
+        if not self._blocks:
+            return explicit
+        at = np.asarray(self._row_at, dtype=np.int64)
+        first, template, start = (np.asarray(x) for x in zip(*self._blocks, strict=True))
+        blocks = []  # (rows, heads, durations, starts) per template
+        for t, (heads, durations) in enumerate(self._templates):
+            mine = np.flatnonzero(template == t)
+            rows = (first[mine][:, None] + np.arange(len(heads))).ravel()
+            blocks.append((rows, heads, np.asarray(durations, dtype=float),
+                           start[mine].astype(float)))
+        times = len(columns) - 3  # first_arrival, start, end: the block's start (+ d)
+        data = {}
+        for c, name in enumerate(columns):
+            if c < times:
+                data[name] = _fill(self._count, explicit[name], at,
+                                   [(rows, [h[c] for h in heads]) for rows, heads, *_ in blocks])
+                continue
+            out = np.empty(self._count)
+            out[at] = explicit[name].to_numpy(dtype=float)
+            for rows, heads, durations, starts in blocks:
+                out[rows] = np.repeat(starts, len(heads)) + (
+                    np.tile(durations, len(starts)) if c == len(columns) - 1 else 0.0)
+            data[name] = out
+        return pd.DataFrame(data)
+
+
+def _fill(count: int, explicit: pd.Series, at: np.ndarray,
+          blocks: list[tuple[np.ndarray, list]]) -> np.ndarray | pd.api.extensions.ExtensionArray:
+    """One column of ``count`` rows: the explicit rows' values at ``at``, and at
+    each block's ``rows`` its template's values over and over; text as the
+    table's string type, built from codes."""
+    if any(isinstance(v, str) for _, heads in blocks for v in heads[:1]):
+        own, distinct = pd.factorize(explicit)  # the explicit rows' few distinct texts
+        names = pd.Index(pd.unique(np.concatenate(
+            [np.asarray(distinct, dtype=object), *[np.asarray(h, dtype=object)
+                                                   for _, h in blocks]])))
+        codes = np.empty(count, dtype=np.int32)
+        codes[at] = names.get_indexer(np.asarray(distinct, dtype=object))[own]
+        for rows, heads in blocks:
+            codes[rows] = np.tile(names.get_indexer(np.asarray(heads, dtype=object)),
+                                  len(rows) // len(heads))
+        return pd.array(names.to_numpy(dtype=object), dtype="str").take(codes)
+    values = [np.asarray(heads) for _, heads in blocks]
+    dtype = np.result_type(*([explicit.dtype] if len(explicit) else []), *values)
+    out = np.empty(count, dtype=dtype)
+    out[at] = explicit.to_numpy()
+    for (rows, _), v in zip(blocks, values, strict=True):
+        out[rows] = np.tile(v, len(rows) // len(v))
+    return out
