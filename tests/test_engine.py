@@ -170,28 +170,33 @@ def test_compute_model_uses_the_gpu(small):
     assert dataclasses.is_dataclass(from_dict(small).gpu)
 
 
-@settings(max_examples=30, deadline=None)
-@given(entries=st.lists(st.tuples(st.booleans(), st.floats(0.0, 10.0), st.integers(0, 1)),
-                        max_size=12))
+@settings(max_examples=40, deadline=None)
+@given(entries=st.lists(st.tuples(st.sampled_from(["row", "alone", "group"]),
+                                  st.floats(0.0, 10.0), st.integers(0, 5)), max_size=12))
 def test_a_call_log_of_rows_and_blocks_is_the_table_of_every_row(entries):
-    """Blocks (a gang's exclusive calls: rows differing only in their times) give
+    """Blocks (a gang's exclusive calls: rows ending at fixed durations after one
+    start; a message group: rows with their own ends and one call number) give
     the table, row numbers and dtypes that appending each row would."""
-    templates = [[("tp", i, -1, "all_reduce", "all_reduce", 8, 1e6, "ring", "simple", 2)
-                  for i in range(3)],
-                 [("tp", i, -1, "all_gather", "all_gather", 8, 2e6, "ring", "ll", 4)
-                  for i in range(2)]]
-    durations = [[1.0, 2.0, 1.5], [0.5, 0.5]]
+    alone = [("tp", i, "all_reduce", "all_reduce", 8, 1e6, "ring", "simple", 2)
+             for i in range(3)]
+    durations = [1.0, 2.0, 1.5]
+    group = [("pp.f0", pair, "send_recv", "send", 2, 4e6, "direct", "simple", 1)
+             for pair in (4, 5)]
     log, rows = CallLog(), []
-    for n, (explicit, t, kind) in enumerate(entries):
+    for n, (kind, t, seq) in enumerate(entries):
         assert len(log) == len(rows)
-        if explicit:
-            row = ("pp.f0", n, n, "send_recv", "send", 2, 4e6, "direct", "simple", 1, t, t,
-                   t + 0.25)
+        if kind == "row":
+            row = ("dp", n, n, "all_gather", "gather", 4, 2e6, "tree", "ll", 1, t, t, t + 0.25)
             log.append(row)
             rows.append(row)
+        elif kind == "alone":
+            log.block(alone, -1, t, durations=durations)
+            rows += [(*h[:2], -1, *h[2:], t, t, t + d)
+                     for h, d in zip(alone, durations, strict=True)]
         else:
-            log.block(templates[kind], durations[kind], t)
-            rows += [(*head, t, t, t + d) for head, d in zip(templates[kind], durations[kind])]
+            ends = [t + 0.5, t + 0.75 + seq]
+            log.block(group, seq, t, ends=ends)
+            rows += [(*h[:2], seq, *h[2:], t, t, e) for h, e in zip(group, ends, strict=True)]
     expected = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
     if rows:
         pd.testing.assert_frame_equal(log.frame(COLLECTIVE_COLUMNS), expected)

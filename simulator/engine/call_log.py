@@ -1,14 +1,16 @@
 """The communication log as the engine writes it: one row per collective call or
 message, in the order they end, with blocks of rows kept as one entry.
 
-A gang holding every group of an exclusive dimension (a pipeline stage's class
-holds a hundred tensor-parallel groups at 16,384 GPUs) logs one row per group
-for each of its calls: rows that differ only in their times, which are the
-call's start plus a duration fixed per group. ``CallLog.block`` keeps those as
-one entry (the rows' fixed fields, the durations, the start) and ``frame``
-builds the table with array operations, so neither the engine nor the table
-pays a Python tuple per row. Row numbers are the same as if every row had been
-appended: ``len`` counts rows, not entries.
+A gang logs many rows at once that differ only in their times and call number:
+holding every group of an exclusive dimension (a pipeline stage's class holds
+a hundred tensor-parallel groups at 16,384 GPUs), one row per group for each
+of its calls, each ending its start plus a duration fixed per group; sending a
+message group (a class's pipeline messages: 1,536 per call at 12,288 GPUs),
+one row per message, each with its own end. ``CallLog.block`` keeps such rows
+as one entry (the fixed fields once, then the call number, start and ends)
+and ``frame`` builds the table with array operations, so neither the engine
+nor the table pays a Python tuple per row. Row numbers are the same as if
+every row had been appended: ``len`` counts rows, not entries.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class CallLog:
     def __init__(self) -> None:
         self._rows: list[tuple] = []  # explicit rows
         self._row_at: list[int] = []  # each explicit row's row number
-        self._blocks: list[tuple[int, int, float]] = []  # (first row, template, start)
-        self._templates: list[tuple[list[tuple], list[float]]] = []
+        self._blocks: list[tuple] = []  # (first row, template, seq, start, ends or None)
+        self._templates: list[tuple[list[tuple], np.ndarray | None]] = []
         self._template_of: dict[int, int] = {}  # id(heads) -> template
         self._count = 0
 
@@ -43,15 +45,21 @@ class CallLog:
         for row in rows:
             self.append(row)
 
-    def block(self, heads: list[tuple], durations: list[float], start: float) -> None:
-        """Rows ``head + (start, start, start + duration)``, one per head, as one
-        entry; ``heads`` and ``durations`` are kept by reference (pass the same
-        lists for the same block)."""
+    def block(self, heads: list[tuple], seq: int, start: float,
+              durations: list[float] | None = None, ends: Sequence[float] | None = None
+              ) -> None:
+        """Rows ``(group, group_index, seq, *rest, start, start, end)`` for each
+        ``(group, group_index, *rest)`` of ``heads``, as one entry; each row ends
+        at ``start`` plus its ``durations`` (fixed per ``heads``) or at its
+        ``ends``. ``heads`` is kept by reference: pass the same list for the same
+        rows."""
         template = self._template_of.get(id(heads))
         if template is None:
             template = self._template_of[id(heads)] = len(self._templates)
-            self._templates.append((heads, durations))
-        self._blocks.append((self._count, template, start))
+            self._templates.append((heads, None if durations is None else
+                                    np.asarray(durations, dtype=float)))
+        self._blocks.append((self._count, template, seq, start,
+                             None if ends is None else np.asarray(ends, dtype=float)))
         self._count += len(heads)
 
     def frame(self, columns: Sequence[str]) -> pd.DataFrame:
@@ -63,27 +71,52 @@ class CallLog:
         if not self._blocks:
             return explicit
         at = np.asarray(self._row_at, dtype=np.int64)
-        first, template, start = (np.asarray(x) for x in zip(*self._blocks, strict=True))
-        blocks = []  # (rows, heads, durations, starts) per template
-        for t, (heads, durations) in enumerate(self._templates):
+        first = np.fromiter((b[0] for b in self._blocks), np.int64, len(self._blocks))
+        template = np.fromiter((b[1] for b in self._blocks), np.int64, len(self._blocks))
+        blocks = []  # per template: (rows, heads, its blocks' indices)
+        for t, (heads, _) in enumerate(self._templates):
             mine = np.flatnonzero(template == t)
             rows = (first[mine][:, None] + np.arange(len(heads))).ravel()
-            blocks.append((rows, heads, np.asarray(durations, dtype=float),
-                           start[mine].astype(float)))
-        times = len(columns) - 3  # first_arrival, start, end: the block's start (+ d)
+            blocks.append((rows, heads, mine))
         data = {}
         for c, name in enumerate(columns):
-            if c < times:
+            if c == 2:  # seq: the block's
+                data[name] = self._per_block(explicit[name], at, blocks, 2, np.int64)
+            elif c >= len(columns) - 3:  # first_arrival, start, end
+                data[name] = self._times(explicit[name], at, blocks, c == len(columns) - 1)
+            else:
+                column = c if c < 2 else c - 1  # heads leave seq out
                 data[name] = _fill(self._count, explicit[name], at,
-                                   [(rows, [h[c] for h in heads]) for rows, heads, *_ in blocks])
-                continue
-            out = np.empty(self._count)
-            out[at] = explicit[name].to_numpy(dtype=float)
-            for rows, heads, durations, starts in blocks:
-                out[rows] = np.repeat(starts, len(heads)) + (
-                    np.tile(durations, len(starts)) if c == len(columns) - 1 else 0.0)
-            data[name] = out
+                                   [(rows, [h[column] for h in heads])
+                                    for rows, heads, _ in blocks])
         return pd.DataFrame(data)
+
+    def _per_block(self, explicit: pd.Series, at: np.ndarray, blocks: list, field: int,
+                   dtype) -> np.ndarray:
+        """A column holding one value per block (repeated over its rows)."""
+        out = np.empty(self._count, dtype=np.result_type(
+            *([explicit.dtype] if len(explicit) else []), dtype))
+        out[at] = explicit.to_numpy()
+        for rows, heads, mine in blocks:
+            out[rows] = np.repeat([self._blocks[b][field] for b in mine], len(heads))
+        return out
+
+    def _times(self, explicit: pd.Series, at: np.ndarray, blocks: list,
+               end: bool) -> np.ndarray:
+        """A time column: each block's start, or for ``end`` its rows' ends."""
+        out = np.empty(self._count)
+        out[at] = explicit.to_numpy(dtype=float)
+        for (rows, heads, mine), (_, durations) in zip(blocks, self._templates,
+                                                         strict=True):
+            starts = np.fromiter((self._blocks[b][3] for b in mine), float, len(mine))
+            if not end:
+                out[rows] = np.repeat(starts, len(heads))
+            elif durations is not None:
+                out[rows] = np.repeat(starts, len(heads)) + np.tile(durations, len(mine))
+            else:
+                out[rows] = np.concatenate([self._blocks[b][4] for b in mine]) if len(
+                    mine) else np.empty(0)
+        return out
 
 
 def _fill(count: int, explicit: pd.Series, at: np.ndarray,

@@ -178,7 +178,7 @@ class ExclusiveLinks(Gangs):
         together."""
         block, durations, uniform = self._alone_block(rank, op)
         base = len(self.collectives)
-        self.collectives.block(block, durations, start)
+        self.collectives.block(block, -1, start, durations=durations)
         own, plan = self._alone_plan(op.group, rank)
         self.mate_blocks.setdefault(rank, {})[base + own] = plan  # the calls are a block
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
@@ -200,7 +200,7 @@ class ExclusiveLinks(Gangs):
             block, durations = [], []
             for index, members in self._covered[(op.group, rank)]:
                 duration, kind, row = self._alone_call(op, index, members)
-                block.append((op.group, index, -1, kind, op.name, *row))
+                block.append((op.group, index, kind, op.name, *row))  # no seq, no times
                 durations.append(duration)
             cached = self._alone_blocks[key] = (block, durations,
                                                 len(set(durations)) == 1)

@@ -81,6 +81,7 @@ class Gangs(Engine):
         self._rep_of = {m: rep for rep, ms in self._mates.items() for m in (rep, *ms)}
         self._group_plans: dict[tuple, tuple | None] = {}
         self._gang_group_cache: dict[tuple[int, str], tuple] = {}
+        self._group_heads: dict[tuple, list[tuple]] = {}  # a message group's log fields
 
     def _arriving(self) -> set[int]:
         return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
@@ -211,15 +212,13 @@ class Gangs(Engine):
                 group.ends[i], lowerings[i] = end, lowered
         group.spread = (min(group.ends), max(group.ends))
         group.rows = list(range(len(self.collectives), len(self.collectives) + len(order)))
-        start, fields = group.start, {}
-        for lowered in lowerings:
-            if id(lowered) not in fields:
-                fields[id(lowered)] = (lowered.algorithm.value, lowered.protocol.value,
-                                       lowered.channels)
-        self.collectives.extend(
-            (dim, pair, seq, "send_recv", op.name, 2, op.bytes, *fields[id(lowered)],
-             start, start, end)
-            for pair, lowered, end in zip(order, lowerings, group.ends, strict=True))
+        heads = self._group_heads.get((dim, order, op.name, op.bytes))
+        if heads is None:  # the rows' fixed fields, once per kind of group
+            heads = self._group_heads[(dim, order, op.name, op.bytes)] = [
+                (dim, pair, "send_recv", op.name, 2, op.bytes, lowered.algorithm.value,
+                 lowered.protocol.value, lowered.channels)
+                for pair, lowered in zip(order, lowerings, strict=True)]
+        self.collectives.block(heads, seq, group.start, ends=group.ends)
 
     def _p2p_each(self, rank: int, op_index: int, op: Op):
         """A gang's sends or receives one message at a time (its peers are not one
