@@ -269,7 +269,7 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
                   pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                 parallel.virtual_stages, parallel.stage_layers),
                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
-                  sequence, {f: pass_plan(sequence, shard, training, f) for f in (True, False)})
+                  {f: pass_plan(sequence, shard, training, f) for f in (True, False)})
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]

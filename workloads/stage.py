@@ -36,8 +36,7 @@ class Context:
     micro_batches: int
     dp_group: str  # the data-parallel group dimension for gradients
     shards: int  # ZeRO/FSDP shard count
-    layer_sequence: list  # one layer's forward kernels with Megatron's f/g markers (bools)
-    passes: dict  # forward? -> one layer pass's items (program.pass_plan)
+    passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
 
     @property
     def last_virtual(self) -> int:

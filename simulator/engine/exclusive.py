@@ -45,7 +45,6 @@ class ExclusiveLinks(Gangs):
         self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
                          if (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
-        self._alone_plans: dict[tuple[str, int], tuple[int, int]] = {}
         self._alone_blocks: dict[tuple, tuple[list[tuple], list[float], bool]] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
@@ -54,10 +53,9 @@ class ExclusiveLinks(Gangs):
     def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
         """The ``dim`` groups of ``rep``'s gang (index, members), if the gang holds
         every member of each (else [])."""
-        gang = {rep, *self._mates[rep]}
-        indices = sorted({self._group_of[dim][r] for r in gang if r in self._group_of[dim]})
-        groups = [(g, tuple(self.program.groups[dim][g])) for g in indices]
-        return groups if groups and all(gang.issuperset(m) for _, m in groups) else []
+        held, _, _ = self._gang_groups(rep, dim)
+        groups = [(g, tuple(self.program.groups[dim][g])) for g in held]
+        return groups if all(len(held[g]) == len(m) for g, m in groups) else []
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         super()._prepare_rank(rank, durations)
@@ -179,8 +177,9 @@ class ExclusiveLinks(Gangs):
         block, durations, uniform = self._alone_block(rank, op)
         base = len(self.collectives)
         self.collectives.block(block, -1, start, durations=durations)
-        own, plan = self._alone_plan(op.group, rank)
-        self.mate_blocks.setdefault(rank, {})[base + own] = plan  # the calls are a block
+        _, own, plan = self._gang_groups(rank, op.group)
+        if plan is not None:  # the calls are a block: one entry for every mate
+            self.mate_blocks.setdefault(rank, {})[base + own] = plan
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, base + own))
         if not uniform:
@@ -205,18 +204,6 @@ class ExclusiveLinks(Gangs):
             cached = self._alone_blocks[key] = (block, durations,
                                                 len(set(durations)) == 1)
         return cached
-
-    def _alone_plan(self, dim: str, rank: int) -> tuple[int, int]:
-        """(position of ``rank``'s group among its gang's whole ``dim`` groups, the plan
-        of its mates' rows in the block of their calls). Cached."""
-        key = (dim, rank)
-        if key not in self._alone_plans:
-            covered = self._covered[key]
-            own = next(k for k, (_, members) in enumerate(covered) if rank in members)
-            offsets = {m: k - own for k, (_, members) in enumerate(covered) for m in members
-                       if m != rank}
-            self._alone_plans[key] = (own, self._plan(offsets))
-        return self._alone_plans[key]
 
     def _alone_call(self, op: Op, index: int, members: tuple[int, ...]) -> tuple:
         """(isolated duration + latency, collective, log fields) of one group's call."""

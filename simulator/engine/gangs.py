@@ -49,7 +49,7 @@ class MessageGroup:
     done: simpy.Event
     start: float | None = None
     ends: list[float] = field(default_factory=list)  # per pair, in pair order
-    rows: list[int] = field(default_factory=list)
+    first_row: int = -1  # its messages' log rows follow on, in pair order
     spread: tuple[float, float] = (0.0, 0.0)  # the earliest and the latest end
 
 
@@ -88,7 +88,7 @@ class Gangs(Engine):
 
     def _collective(self, rank: int, op_index: int, op: Op):
         index = self._group_of[op.group][rank]
-        groups, plan = self._gang_groups(rank, op.group)
+        groups, _, plan = self._gang_groups(rank, op.group)
         calls = {g: self._join(members, op) for g, members in groups.items()}
         own = calls[index]
         arrival = self.env.now
@@ -107,21 +107,21 @@ class Gangs(Engine):
                         self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
         self._finish(rank, op_index, max(c.end for c in calls.values()))
 
-    def _gang_groups(self, rank: int, dim: str) -> tuple[dict[int, list[int]], int | None]:
+    def _gang_groups(self, rank: int, dim: str) -> tuple[dict[int, list[int]], int, int | None]:
         """The ``dim`` groups ``rank``'s gang has members in (group index -> those
-        members, in the gang's order), and the block plan of its mates' rows when
-        the groups' calls are logged consecutively in that order (None: one group).
-        Cached."""
+        members, by group index), the position of ``rank``'s own group among them,
+        and the block plan of its mates' rows when the groups' calls are logged
+        consecutively in that order (None: one group). Cached."""
         key = (rank, dim)
         if key not in self._gang_group_cache:
             groups: dict[int, list[int]] = {}
             for r in (rank, *self._mates[rank]):
                 groups.setdefault(self._group_of[dim][r], []).append(r)
-            order = list(groups)
-            own = order.index(self._group_of[dim][rank])
-            plan = self._plan({m: k - own for k, g in enumerate(order) for m in groups[g]
+            groups = dict(sorted(groups.items()))
+            own = list(groups).index(self._group_of[dim][rank])
+            plan = self._plan({m: k - own for k, g in enumerate(groups) for m in groups[g]
                                if m != rank}) if len(groups) > 1 else None
-            self._gang_group_cache[key] = (groups, plan)
+            self._gang_group_cache[key] = (groups, own, plan)
         return self._gang_group_cache[key]
 
     def _p2p(self, rank: int, op_index: int, op: Op):
@@ -136,7 +136,7 @@ class Gangs(Engine):
             self._send_group(key, group, op)
         yield group.done
         own = positions[0]
-        row = group.rows[own]
+        row = group.first_row + own
         start = max(arrival, group.start)
         self._record(rank, op, arrival if op.kind is OpKind.RECV else start, start,
                      group.ends[own], row)
@@ -211,7 +211,7 @@ class Gangs(Engine):
             for (i, lowered), end in zip(batch, ends, strict=True):
                 group.ends[i], lowerings[i] = end, lowered
         group.spread = (min(group.ends), max(group.ends))
-        group.rows = list(range(len(self.collectives), len(self.collectives) + len(order)))
+        group.first_row = len(self.collectives)
         heads = self._group_heads.get((dim, order, op.name, op.bytes))
         if heads is None:  # the rows' fixed fields, once per kind of group
             heads = self._group_heads[(dim, order, op.name, op.bytes)] = [

@@ -197,7 +197,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
         except NotInLockstep as diverged:  # a class's ranks diverged: split it, run again
             gc.collect()  # the stopped run's processes (cycles) while the collector is off
             method = symmetry.refine(scenario, method, diverged, batch_compute,
-                                     dict(program.groups))
+                                     program.groups)
     nodes = [fabric.node_of(g) for g in placement]
     spans = _spans(result, nodes)
     gpu = scenario.gpu

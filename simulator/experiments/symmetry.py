@@ -23,6 +23,7 @@ symmetry (...)"`` or ``"all ranks: compute jitter breaks symmetry"``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,7 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
 
 
 def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
-           batch_compute: bool, program_groups: dict | None = None) -> Method:
+           batch_compute: bool, groups: Mapping[str, tuple[tuple[int, ...], ...]]) -> Method:
     """The method after an automatic run whose classes diverged: the same plug-ins
     with those classes split by the ends their ranks saw (``diverged.split``) and
     the split carried to the ranks they communicate with (``equitable``), or every
@@ -73,7 +74,7 @@ def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
         return full(scenario, batch_compute, f"{diverged} (after {method.refinements} "
                     "splits of the classes), so symmetry does not hold")
     split = refined(method.options["represents"], diverged.split)
-    options = {**method.options, "represents": equitable(split, program_groups)}
+    options = {**method.options, "represents": equitable(split, groups)}
     return Method(method.plugins, options, True, refinements=method.refinements + 1)
 
 
@@ -91,8 +92,7 @@ def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
 
 
 def equitable(represents: dict[int, tuple[int, ...]],
-              groups: dict[str, tuple[tuple[int, ...], ...]] | None
-              ) -> dict[int, tuple[int, ...]]:
+              groups: Mapping[str, tuple[tuple[int, ...], ...]]) -> dict[int, tuple[int, ...]]:
     """``represents`` split until ranks of one class see the same classes in every
     group they belong to (colour refinement over the groups: a pipeline pair, a
     data-parallel group). A rank whose peer diverged is likely to diverge next
@@ -103,8 +103,6 @@ def equitable(represents: dict[int, tuple[int, ...]],
     >>> equitable({0: (1, 2, 3), 4: (6,), 5: (7,)}, {"pp": ((0, 4), (1, 5), (2, 6), (3, 7))})
     {0: (2,), 1: (3,), 4: (6,), 5: (7,)}
     """
-    if not groups:
-        return represents
     label = {r: rep for rep, mates in represents.items() for r in (rep, *mates)}
     memberships = [g for dim_groups in groups.values() for g in dim_groups if len(g) > 1]
     while True:
