@@ -68,15 +68,3 @@ class ComputeModel:
                 seconds = memo[key] = self.duration(op)
             out.append(seconds)
         return np.array(out, dtype=float)
-
-
-def jitter_factors(seed: int, rank: int, count: int, sigma: float) -> np.ndarray:
-    """Per-kernel slow-down factors ``1 + sigma*|N(0,1)|`` for one rank, reproducibly.
-
-    Each rank draws from its own stream seeded by (seed, rank), so a rank's
-    factors do not depend on how many other ranks there are.
-    """
-    if sigma <= 0.0:
-        return np.ones(count)
-    rng = np.random.default_rng([seed, rank])
-    return 1.0 + sigma * np.abs(rng.standard_normal(count))

@@ -40,6 +40,7 @@ SIMULATION = {
     "tensor_parallel_gangs": (boolean, False),
     "span_detail": (choice(["kernel", "layer"]), "kernel"),
     "symmetry": (choice(["auto", "full"]), "auto"),
+    "jitter": (choice(["exact", "approximate"]), "exact"),
 }
 SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation")
 
@@ -62,6 +63,7 @@ class Scenario:
     gangs: bool = False  # run each tensor-parallel group as one process, in lockstep
     layer_spans: bool = False  # one compute span per layer, phase and micro-batch
     symmetry: str = "auto"  # auto: use symmetry where it is exact; full: every rank
+    jitter: str = "exact"  # approximate: one rank per class waits for its groups' slowest
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -115,7 +117,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
         fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
-        symmetry=sim["symmetry"])
+        symmetry=sim["symmetry"], jitter=sim["jitter"])
 
 
 def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:

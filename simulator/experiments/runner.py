@@ -19,7 +19,7 @@ from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, summarize
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
-from simulator.compute.model import ComputeModel, jitter_factors
+from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
 from simulator.engine.call_log import CallLog
@@ -114,16 +114,16 @@ def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
 
 
-def _durations(program: Program, model: ComputeModel, seed: int, jitter: float):
-    """A function rank -> compute duration of each of its ops (shared when no jitter)."""
+def _durations(program: Program, model: ComputeModel):
+    """A function rank -> compute duration of each of its ops without jitter
+    (shared by the ranks of one program)."""
     base: dict[int, Any] = {}
 
     def durations(rank: int):
         ops = program.ops[rank]
         if id(ops) not in base:
             base[id(ops)] = model.durations(ops)
-        values = base[id(ops)]
-        return values * jitter_factors(seed, rank, len(ops), jitter) if jitter else values
+        return base[id(ops)]
     return durations
 
 
@@ -184,14 +184,15 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     fabric = Fabric(graph)
     program = build_program(scenario.model, scenario.training, scenario.parallel)
     placement = graph.graph["gpus"][: program.ranks]
-    durations = _durations(program, compute_model(scenario), scenario.seed,
-                           scenario.compute_jitter)
+    durations = _durations(program, compute_model(scenario))
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
     while True:
         try:
-            result = engine_class(*method.plugins)(program, placement, durations, fabric,
+            jittered = method.durations(program, durations, scenario.seed,
+                                        scenario.compute_jitter)
+            result = engine_class(*method.plugins)(program, placement, jittered, fabric,
                                                    lowering, **method.options).run()
             break
         except NotInLockstep as diverged:  # a class's ranks diverged: split it, run again

@@ -23,11 +23,14 @@ symmetry (...)"`` or ``"all ranks: compute jitter breaks symmetry"``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from simulator.base.ir import Program
+from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
 from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
@@ -44,6 +47,18 @@ class Method:
     automatic: bool = False  # chosen by symmetry: refined, or every rank, if inexact
     full_because: str = ""  # why every rank is simulated ("" when fewer are)
     refinements: int = 0  # times the classes were split where ranks diverged
+    approximate_jitter: bool = False  # one rank per class stands for jittered ranks
+
+    def durations(self, program: Program, base: Callable[[int], np.ndarray], seed: int,
+                  jitter: float) -> Callable[[int], np.ndarray]:
+        """A function rank -> its ops' durations under this method: ``base`` times
+        the rank's own jitter, or (approximate jitter) the slowest member's
+        (``compute.jitter.slowest_member``)."""
+        if jitter <= 0.0:
+            return base
+        if self.approximate_jitter:
+            return lambda rank: slowest_member(program, rank, base(rank), seed, jitter)
+        return lambda rank: base(rank) * jitter_factors(seed, rank, len(base(rank)), jitter)
 
 
 MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more run)
@@ -61,7 +76,8 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     why = _why_full(scenario, program, batch_compute)
     if why:
         return Method(base, full_because=why)
-    return _gangs(base, program, placement, fabric, automatic=True)
+    method = _gangs(base, program, placement, fabric, automatic=True)
+    return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 
 def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
@@ -75,7 +91,7 @@ def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
                     "splits of the classes), so symmetry does not hold")
     split = refined(method.options["represents"], diverged.split)
     options = {**method.options, "represents": equitable(split, groups)}
-    return Method(method.plugins, options, True, refinements=method.refinements + 1)
+    return replace(method, options=options, refinements=method.refinements + 1)
 
 
 def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
@@ -141,8 +157,9 @@ def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
         return "simulation.symmetry is full"
     if not batch_compute:
         return "the reference engine (one event per kernel) was asked for"
-    if scenario.compute_jitter > 0:
-        return "compute jitter breaks symmetry"
+    if scenario.compute_jitter > 0 and scenario.jitter == "exact":
+        return ("compute jitter breaks symmetry (simulation.jitter: approximate runs one "
+                "rank per class)")
     if len(program_classes(program)) == program.ranks:
         return "every rank runs a program of its own"
     return ""
@@ -171,6 +188,9 @@ def describe(method: Method, simulated: int, ranks: int, inexact: str | None
                 "ranks' groups use disjoint links, which is not checked)"), False
     if inexact:
         return f"{of}, not exact: {inexact}", False
+    if method.approximate_jitter:
+        return (f"{of}, not exact: compute jitter approximated (simulation.jitter: "
+                "approximate; each class runs at the pace of its groups' slowest member)"), False
     if not method.automatic:
         return (f"{of}, exact by symmetry (simulation.tensor_parallel_gangs; mates "
                 "verified in lockstep)"), True
