@@ -96,6 +96,8 @@ def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) 
 
 def idle_rates(fabric: Fabric, plan: Plan) -> np.ndarray:
     """Max-min fair rate of each flow of ``plan`` alone on the fabric (cached)."""
+    if plan.rates is None and len(plan.routes) == 1:  # one flow: its bottleneck link
+        plan.rates = np.array([fabric.capacity[list(plan.routes[0])].min()])
     if plan.rates is None:
         lengths = np.array([len(r) for r in plan.routes])
         pair_flow = np.repeat(np.arange(len(plan.routes)), lengths)

@@ -211,13 +211,13 @@ class Engine:
         self._finish(rank, op_index, call.end)
 
     def _join(self, ranks: list[int], op: Op) -> Call:
-        """``ranks`` (members of one group: a rank, or several that run in lockstep)
-        arrive at their group's next call."""
+        """``ranks`` (members of one group: a rank, or several that run in lockstep and
+        always arrive together, whose calls the first one's counter numbers) arrive
+        at their group's next call."""
         rank = ranks[0]
         group_index = self._group_of[op.group][rank]
         seq = self._seq[rank].get(op.group, 0)
-        for r in ranks:
-            self._seq[r][op.group] = seq + 1
+        self._seq[rank][op.group] = seq + 1
         key = (op.group, group_index, seq)
         call = self._calls.get(key)
         if call is None:
@@ -229,8 +229,7 @@ class Engine:
                 f"rank {rank} calls {op.collective.value} of {op.bytes:.0f} B as {op.group} "
                 f"collective #{seq}, but its group called {call.op.collective.value} of "
                 f"{call.op.bytes:.0f} B")
-        for r in ranks:
-            call.arrivals[r] = self.env.now
+        call.arrivals.update(dict.fromkeys(ranks, self.env.now))
         if len(call.arrivals) == call.expected:
             del self._calls[key]
             self._execute(call, key)

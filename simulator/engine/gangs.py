@@ -205,19 +205,22 @@ class Gangs(Engine):
 
     def _log_group(self, key: tuple, group: MessageGroup, op: Op, batches: list) -> None:
         dim, order, seq = key
-        group.ends = [0.0] * len(order)
-        lowerings = [None] * len(order)
-        for batch, ends in batches:
-            for (i, lowered), end in zip(batch, ends, strict=True):
-                group.ends[i], lowerings[i] = end, lowered
+        if len(batches) == 1:  # one batch, in pair order (``_send_plan``)
+            group.ends = batches[0][1]
+        else:
+            group.ends = [0.0] * len(order)
+            for batch, ends in batches:
+                for (i, _), end in zip(batch, ends, strict=True):
+                    group.ends[i] = end
         group.spread = (min(group.ends), max(group.ends))
         group.first_row = len(self.collectives)
         heads = self._group_heads.get((dim, order, op.name, op.bytes))
         if heads is None:  # the rows' fixed fields, once per kind of group
+            lowerings = {i: lowered for batch, _ in batches for i, lowered in batch}
             heads = self._group_heads[(dim, order, op.name, op.bytes)] = [
-                (dim, pair, "send_recv", op.name, 2, op.bytes, lowered.algorithm.value,
-                 lowered.protocol.value, lowered.channels)
-                for pair, lowered in zip(order, lowerings, strict=True)]
+                (dim, pair, "send_recv", op.name, 2, op.bytes, lowerings[i].algorithm.value,
+                 lowerings[i].protocol.value, lowerings[i].channels)
+                for i, pair in enumerate(order)]
         self.collectives.block(heads, seq, group.start, ends=group.ends)
 
     def _p2p_each(self, rank: int, op_index: int, op: Op):

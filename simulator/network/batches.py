@@ -76,30 +76,33 @@ class BatchNetwork(Network):
 
     def _start_parts(self, t: _Transfer) -> None:
         """Fire the parts with no flows now; start the rest."""
-        for p, flows in enumerate(t.shape.part_flows):
-            if len(flows) == 0:
-                self._fire(t, p)
+        for p in self._part_ends(t.shape)[1]:
+            self._fire(t, p)
         self._start(t)
 
     def _solo_started(self, ident: int, t: _Transfer, duration: float) -> None:
-        """Parts that end before the last: one timeout per distinct end."""
+        """Parts that end before the last: one timeout per distinct end (a part
+        fired already is skipped when it comes)."""
         if not t.parts:
             return
-        ends: dict[float, list[int]] = {}
-        for p in t.parts:
-            ends.setdefault(self._part_ends(t.shape)[p], []).append(p)
-        for end, parts in ends.items():
+        for end, parts in self._part_ends(t.shape)[0]:
             if end < duration:
                 self.env.timeout(end).callbacks.append(
                     lambda _event, parts=parts: self._solo_parts(ident, t, parts))
 
-    def _part_ends(self, shape: _Shape) -> list[float]:
-        """Seconds each part of a batch takes alone (cached on its shape)."""
+    def _part_ends(self, shape: _Shape) -> tuple[list[tuple[float, tuple[int, ...]]],
+                                                 tuple[int, ...]]:
+        """A batch's parts grouped by the seconds each takes alone, in order of
+        those, and its parts with no flows (cached on its shape: a gang's message
+        group has a part per mate, and sends the same group every micro-batch)."""
         if shape.part_ends is None:
             ends = fluid_finish_times(shape.pair_flow, shape.pair_link, self.capacity,
                                       shape.size)
-            shape.part_ends = [float(ends[f].max()) if len(f) else 0.0
-                               for f in shape.part_flows]
+            groups: dict[float, list[int]] = {}
+            for p, f in enumerate(shape.part_flows):
+                groups.setdefault(float(ends[f].max()) if len(f) else 0.0, []).append(p)
+            empty = tuple(p for p, f in enumerate(shape.part_flows) if len(f) == 0)
+            shape.part_ends = (sorted((end, tuple(ps)) for end, ps in groups.items()), empty)
         return shape.part_ends
 
     def _solo_parts(self, ident: int, t: _Transfer, parts: list[int]) -> None:
@@ -127,6 +130,16 @@ class BatchNetwork(Network):
     def _complete(self, t: _Transfer) -> None:
         if t.parts is None:
             super()._complete(t)
+            return
+        if t.ends is not None and t.parts:  # a group: its remaining parts end now
+            end = self.env.now + t.then
+            if len(t.parts) == len(t.ends):
+                t.ends[:] = [end] * len(t.ends)
+            else:
+                for p in t.parts:
+                    t.ends[p] = end
+            t.parts = {}
+            succeed_at(self.env, t.done, t.then)
             return
         for p in list(t.parts):
             self._fire(t, p)

@@ -46,7 +46,7 @@ class _Shape:
     def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
         self.size = np.asarray(sizes, dtype=float)
         self.part_flows: list[np.ndarray] | None = None  # batches (``batches``): per part
-        self.part_ends: list[float] | None = None
+        self.part_ends: tuple | None = None  # batches: parts grouped by their ends
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
         self.pair_link = np.fromiter((link for r in routes for link in r), dtype=np.int64,
