@@ -188,3 +188,22 @@ def test_overlap_bounds_on_random_traces(rows):
     assert (streams["overlapped_s"] <= streams["busy_s"] + 1e-9).all()
     path = critical_path(spans)
     assert (path["end"] - path["start"]).sum() == pytest.approx(iteration)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 10.0), st.floats(-5.0, 5.0)), min_size=2,
+                      max_size=60), bins=st.integers(1, 20))
+def test_binned_counters_keep_the_bytes_and_the_peaks(steps, bins):
+    """Averaged bins keep each step function's area (bytes moved); peak bins keep
+    its maximum and never show a value it does not reach."""
+    from simulator.analysis.traffic import binned, binned_peak
+
+    steps.sort()
+    times = np.array([t for t, _ in steps])
+    values = np.array([v for _, v in steps])
+    area = float(np.sum(values[:-1] * np.diff(times)))
+    t, v = binned(times, values, bins)
+    assert float(np.sum(v[:-1] * np.diff(t))) == pytest.approx(area, abs=1e-6)
+    t, v = binned_peak(times, values, bins)
+    assert t[0] == times[0] and v[-1] == values[-1]
+    assert v.max() == values.max() and v.min() >= values.min()

@@ -222,7 +222,8 @@ def test_merged_intervals_cover_the_originals_and_keep_their_gaps(pairs, gap):
 def test_a_large_run_writes_parquet_spans_and_a_bounded_trace(tmp_path, monkeypatch):
     """Above the thresholds: no spans.csv or comms.csv (Parquet holds every span and
     call), a trace of a few ranks from every stage, one slice per layer pass when
-    those ranks have too many spans; ``clustersim trace`` writes any ranks kernel
+    those ranks have too many spans (and fewer ranks, spread over the stages, when
+    even those slices are too many); ``clustersim trace`` writes any ranks kernel
     by kernel on demand, and the Gantt and comms commands read the Parquet back."""
     monkeypatch.setattr(run_dir, "CSV_ROWS", 10)
     monkeypatch.setattr(run_dir, "TRACE_SPANS", 10)
@@ -238,7 +239,11 @@ def test_a_large_run_writes_parquet_spans_and_a_bounded_trace(tmp_path, monkeypa
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     traced = {e["args"]["rank"] for e in slices}
     stage_of = result.extra["stage_of"]
-    assert len(traced) == 4 and {stage_of[r] for r in traced} == {0, 1, 2, 3}
+    chosen = run_dir.trace_ranks(16, stage_of)
+    assert {stage_of[r] for r in chosen} == {0, 1, 2, 3}
+    assert traced == {chosen[0], chosen[-1]}  # its slices too many: spread, ends kept
+    memory = {e["name"] for e in trace["traceEvents"] if e["name"].startswith("memory")}
+    assert memory <= {f"memory rank {r} (GiB)" for r in traced}
     assert trace["otherData"] == {"detail": "layer", "ranks": sorted(traced)}
     kernels = result.spans_of(sorted(traced))
     assert len(slices) < len(kernels)  # one slice per layer pass and stream

@@ -38,6 +38,7 @@ class Routing:
         self._switches = nx.DiGraph(graph.subgraph(switches))
         self._switch_paths: dict[tuple[str, str], list[list[str]]] = {}
         self._bfs: dict[str, dict[str, list[str]]] = {}  # source switch -> predecessors
+        self._leaves: dict[str, str] = {}  # NIC -> its switch
         nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"]
         self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
         self.server_gpus: dict[int, list[str]] = {}
@@ -62,11 +63,14 @@ class Routing:
         return [src]
 
     def _leaf(self, nic: str) -> str:
-        leaves = sorted(n for n in self.graph.successors(nic)
-                        if self.graph.nodes[n].get("kind") == "switch")
-        if not leaves:
-            raise RoutingError(f"NIC {nic} is not connected to any switch")
-        return leaves[0]
+        """The switch ``nic`` attaches to (the first by name; cached)."""
+        if nic not in self._leaves:
+            leaves = sorted(n for n in self.graph.successors(nic)
+                            if self.graph.nodes[n].get("kind") == "switch")
+            if not leaves:
+                raise RoutingError(f"NIC {nic} is not connected to any switch")
+            self._leaves[nic] = leaves[0]
+        return self._leaves[nic]
 
     def _paths_between(self, a: str, b: str) -> list[list[str]]:
         key = (a, b)

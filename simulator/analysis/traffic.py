@@ -102,13 +102,39 @@ def binned(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray
     (array([0., 4.]), array([1., 0.]))
     """
     times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
-    if len(times) <= bins + 1:
+    if len(times) <= bins + 1 or times[-1] <= times[0]:
         return times, values
     area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(times))])
     edges = np.linspace(times[0], times[-1], bins + 1)
     average = np.append(np.diff(np.interp(edges, times, area)) / np.diff(edges), values[-1])
     changed = np.r_[True, average[1:] != average[:-1]]
     return edges[changed], average[changed]
+
+
+def binned_peak(times: np.ndarray, values: np.ndarray, bins: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """A step function as its maximum over each of ``bins`` equal bins from the
+    first time to the last (a memory timeline at a zoomed-out trace's resolution:
+    every peak keeps its height, only its width grows to a bin). Functions with
+    fewer changes than ``bins`` come back as they are; a bin with the previous
+    bin's value adds no sample.
+
+    >>> t, v = binned_peak(np.array([0.0, 0.5, 0.6, 2.0, 4.0]),
+    ...                    np.array([1.0, 5.0, 1.0, 2.0, 0.0]), 2)
+    >>> t.tolist(), v.tolist()
+    ([0.0, 2.0, 4.0], [5.0, 2.0, 0.0])
+    """
+    times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+    if len(times) <= bins + 1 or times[-1] <= times[0]:
+        return times, values
+    edges = np.linspace(times[0], times[-1], bins + 1)
+    which = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, bins - 1)
+    peak = np.full(bins, -np.inf)
+    np.maximum.at(peak, which, values)
+    entering = values[np.searchsorted(times, edges[:-1], side="right") - 1]
+    peak = np.append(np.maximum(peak, entering), values[-1])
+    changed = np.r_[True, peak[1:] != peak[:-1]]
+    return edges[changed], peak[changed]
 
 
 def _touching(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],

@@ -2,7 +2,8 @@
 
 A run with more than 100,000 spans writes ``trace.json`` for 8 ranks (at
 least one per stage, ``outputs.run_dir.TRACE_RANKS``), one slice per layer
-pass when those have too many spans; this writes one for the ranks asked for,
+pass when those have too many spans (fewer ranks, spread over the stages, when
+even those slices are too many); this writes one for the ranks asked for,
 kernel by kernel, from the run's span table and communication log: slices and
 flow arrows (the counters of memory and link traffic are in the run's own
 trace).

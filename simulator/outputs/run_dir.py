@@ -23,8 +23,10 @@
                         while the run has at most TRACE_SPANS spans, else for
                         TRACE_RANKS ranks spread over the pipeline stages, kernel
                         by kernel while those have at most TRACE_SPANS spans, else
-                        one slice per layer pass and link-traffic counters averaged
-                        over COUNTER_BINS bins (``otherData.detail`` says which;
+                        one slice per layer pass (for fewer ranks, spread evenly,
+                        if still more slices), link-traffic counters averaged
+                        and memory counters at their peak over COUNTER_BINS bins
+                        (``otherData.detail`` says which;
                         ``clustersim trace RUN_DIR --ranks ...`` writes any rank's
                         kernels and exact counters)
     gantt.FMT, memory.FMT  figures
@@ -42,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from simulator.analysis.traffic import binned
+from simulator.analysis.traffic import binned, binned_peak
 from simulator.engine.folded import Folded
 from simulator.outputs import exports
 
@@ -103,6 +105,20 @@ def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
     return sorted(r for members in chosen.values() for r in members)
 
 
+def spread(ranks: list[int], count: int) -> list[int]:
+    """``count`` of ``ranks`` (at least two: the first and the last) evenly spread.
+
+    >>> spread(list(range(32)), 4)
+    [0, 10, 21, 31]
+    >>> spread([3, 5], 1)
+    [3, 5]
+    """
+    count = max(2, count)
+    if count >= len(ranks):
+        return list(ranks)
+    return sorted({ranks[round(i * (len(ranks) - 1) / (count - 1))] for i in range(count)})
+
+
 def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     """Write every output of ``result`` (a RunResult) into ``out`` (files an earlier
     run left there that this one does not write are removed: no stale CSV)."""
@@ -132,18 +148,25 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
 
 def _write_trace(result, path: Path) -> None:
     """The default trace: every rank of a small run; else TRACE_RANKS ranks, and
-    one slice per layer pass when even those have more than TRACE_SPANS spans."""
+    one slice per layer pass when even those have more than TRACE_SPANS spans;
+    if those slices are still more than TRACE_SPANS (a deep pipeline: a rank per
+    stage), fewer ranks spread evenly over them."""
     spans, servers, detail = result.spans, None, "kernel"
+    memory = result.memory
     if len(spans) > TRACE_SPANS or result.folded is not None:
         chosen = trace_ranks(len(result.placement), tuple(result.extra.get("stage_of", ())))
         spans = result.spans_of(chosen)
+        if len(spans) > TRACE_SPANS:
+            spans, detail = exports.layer_detail(spans), "layer"
+            chosen = spread(chosen, len(chosen) * TRACE_SPANS // len(spans))
+            spans = spans[spans["rank"].isin(chosen)]
         servers = sorted({result.node_of_rank[r] for r in chosen})
-    if len(spans) > TRACE_SPANS:
-        spans, detail = exports.layer_detail(spans), "layer"
-    counters = exports.memory_counters(result.memory, result.node_of_rank)
+        memory = {r: m for r, m in memory.items() if r in set(chosen)}
+    counters = exports.memory_counters(memory, result.node_of_rank)
     traffic = result.traffic(servers)
     if detail == "layer":  # a counter sample per kernel would outnumber the slices
         traffic = {key: binned(*steps, COUNTER_BINS) for key, steps in traffic.items()}
+        counters = {key: binned_peak(*steps, COUNTER_BINS) for key, steps in counters.items()}
     counters.update(traffic)
     exports.write_chrome_trace(spans, result.placement, path, result.comms, counters, detail)
 
