@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulator.analysis.timeline import labels
 from simulator.base.ir import PP_STREAM
 
 CATEGORIES = ("compute", "communication", "waiting", "bubble", "idle")
@@ -40,8 +41,7 @@ class _Index:
 
     def __init__(self, spans: pd.DataFrame) -> None:
         self.rank = spans["rank"].to_numpy()
-        self.stream = spans["stream"].to_numpy().astype(str)
-        self.kind = spans["kind"].to_numpy().astype(str)
+        self.stream, self.kind = labels(spans["stream"]), labels(spans["kind"])
         self.start = spans["start"].to_numpy(float)
         self.end = spans["end"].to_numpy(float)
         self.call = spans["call"].to_numpy() if "call" in spans else np.full(len(spans), -1)
@@ -51,22 +51,28 @@ class _Index:
         self.by_call = np.argsort(self.call, kind="stable")
         self.call_sorted = self.call[self.by_call]
         self.eps = 1e-9 * max(1e-12, float(self.end.max()) if len(self.end) else 0.0)
+        self.per_rank: dict[int, tuple[int, np.ndarray]] = {}
+
+    def _ends(self, rank: int) -> tuple[int, np.ndarray]:
+        """Where ``rank``'s spans start in the (rank, end) order, and their ends."""
+        if rank not in self.per_rank:
+            lo = int(self.rank_sorted.searchsorted(rank, "left"))
+            hi = int(self.rank_sorted.searchsorted(rank, "right"))
+            self.per_rank[rank] = (lo, self.end_sorted[lo:hi])
+        return self.per_rank[rank]
 
     def ending(self, rank: int, t: float) -> np.ndarray:
         """Spans of ``rank`` ending at ``t`` (within a relative 1e-9) with length."""
-        lo = np.searchsorted(self.rank_sorted, rank, "left")
-        hi = np.searchsorted(self.rank_sorted, rank, "right")
-        ends = self.end_sorted[lo:hi]
-        a = lo + np.searchsorted(ends, t - self.eps, "left")
-        b = lo + np.searchsorted(ends, t + self.eps, "right")
+        lo, ends = self._ends(rank)
+        a = lo + int(ends.searchsorted(t - self.eps, "left"))
+        b = lo + int(ends.searchsorted(t + self.eps, "right"))
         found = self.by_end[a:b]
         return found[self.start[found] < t - self.eps]
 
     def before(self, rank: int, t: float) -> int | None:
         """The span of ``rank`` that ends last before ``t``, if any."""
-        lo = np.searchsorted(self.rank_sorted, rank, "left")
-        hi = np.searchsorted(self.rank_sorted, rank, "right")
-        at = lo + np.searchsorted(self.end_sorted[lo:hi], t - self.eps, "left") - 1
+        lo, ends = self._ends(rank)
+        at = lo + int(ends.searchsorted(t - self.eps, "left")) - 1
         return int(self.by_end[at]) if at >= lo else None
 
     def of_call(self, call: int) -> np.ndarray:

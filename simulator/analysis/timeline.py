@@ -195,12 +195,9 @@ def rank_table(spans: pd.DataFrame, iteration_time: float) -> pd.DataFrame:
     ranks = np.sort(spans["rank"].unique())
     rank_of = np.searchsorted(ranks, spans["rank"].to_numpy())
     n = len(ranks)
-    kind = spans["kind"].to_numpy().astype(str)
-    stream = spans["stream"].to_numpy().astype(str)
     start, end = spans["start"].to_numpy(float), spans["end"].to_numpy(float)
-    compute = kind == "compute"
-    comm = kind == "comm"
-    wait = (kind == "wait") & (stream != PIPELINE_STREAM)
+    compute, comm = is_(spans, "kind", "compute"), is_(spans, "kind", "comm")
+    wait = is_(spans, "kind", "wait") & ~is_(spans, "stream", PIPELINE_STREAM)
 
     def union(mask: np.ndarray, limit: np.ndarray | None = None) -> np.ndarray:
         stop = end[mask] if limit is None else np.minimum(end[mask], limit[rank_of[mask]])
@@ -226,15 +223,11 @@ def stream_table(spans: pd.DataFrame) -> pd.DataFrame:
     stream, the time it also communicates), ``exposed_s`` (busy minus
     overlapped, communication streams only) and ``wait_s`` (waiting on that
     stream: for peers in a collective, or on ``pp`` for the neighbour stage)."""
-    keys = spans[["rank", "stream"]].astype({"stream": str}).drop_duplicates()
-    keys = keys.sort_values(["rank", "stream"], ignore_index=True)
-    index = pd.MultiIndex.from_frame(keys)
-    row = index.get_indexer(pd.MultiIndex.from_arrays(
-        [spans["rank"].to_numpy(), spans["stream"].to_numpy().astype(str)]))
+    keys, row = _rank_streams(spans)
     n = len(keys)
-    kind = spans["kind"].to_numpy().astype(str)
     start, end = spans["start"].to_numpy(float), spans["end"].to_numpy(float)
-    work, waits = kind != "wait", kind == "wait"
+    waits = is_(spans, "kind", "wait")
+    work = ~waits
     busy = grouped_union_length(row[work], start[work], end[work], n)
     wait = grouped_union_length(row[waits], start[waits], end[waits], n)
     # The other side of each row's overlap, copied into that row's group: a comm
@@ -248,12 +241,12 @@ def stream_table(spans: pd.DataFrame) -> pd.DataFrame:
     per_rank = np.bincount(rank_index[comm_rows], minlength=len(rank_ids))
     first = np.concatenate([[0], np.cumsum(per_rank)[:-1]])
     span_rank = np.searchsorted(rank_ids, spans["rank"].to_numpy())
-    comp = np.flatnonzero(kind == "compute")
+    comp = np.flatnonzero(is_(spans, "kind", "compute"))
     reps = per_rank[span_rank[comp]]
     copies = np.repeat(comp, reps)
     within = np.arange(len(copies)) - np.repeat(np.cumsum(reps) - reps, reps)
     to_comm = comm_rows[first[span_rank[copies]] + within]
-    talk = np.flatnonzero(work & (kind != "compute"))
+    talk = np.flatnonzero(work & ~is_(spans, "kind", "compute"))
     talk = talk[compute_row[span_rank[talk]] >= 0]
     og = np.concatenate([to_comm, compute_row[span_rank[talk]]]).astype(np.int64)
     src = np.concatenate([copies, talk])
@@ -265,3 +258,32 @@ def stream_table(spans: pd.DataFrame) -> pd.DataFrame:
     overlapped = np.clip(busy + other - both, 0.0, np.minimum(busy, other))
     exposed = np.where(is_compute_row, 0.0, busy - overlapped)
     return keys.assign(busy_s=busy, overlapped_s=overlapped, exposed_s=exposed, wait_s=wait)
+
+
+def is_(spans: pd.DataFrame, column: str, value: str) -> np.ndarray:
+    """Which spans have ``value`` in a text column (categorical, Arrow or object):
+    compared by pandas, without turning a million labels into Python strings."""
+    return (spans[column] == value).to_numpy(dtype=bool)
+
+
+def labels(column: pd.Series) -> np.ndarray:
+    """A text column (categorical, Arrow or object) as an object array of Python
+    strings, built from its distinct values (a million spans hold a handful)."""
+    codes, names = pd.factorize(column, sort=False)
+    return np.array([str(x) for x in names], dtype=object)[codes]
+
+
+def _rank_streams(spans: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The distinct (rank, stream) pairs sorted by rank then stream name, and the
+    row of each span among them."""
+    codes, names = pd.factorize(spans["stream"], sort=False)
+    labels = np.array([str(x) for x in names], dtype=object)
+    order = np.argsort(labels, kind="stable")
+    position = np.empty(len(labels), dtype=np.int64)
+    position[order] = np.arange(len(labels))
+    width = max(1, len(labels))
+    key = spans["rank"].to_numpy(np.int64) * width + position[codes]
+    unique, row = np.unique(key, return_inverse=True)
+    keys = pd.DataFrame({"rank": unique // width, "stream": labels[order][unique % width]})
+    return keys, row.reshape(-1)
+
