@@ -77,8 +77,9 @@ class Stage:
         large run appends millions)."""
         ready = self.ready
         deps = (*ready, *extra) if ready or extra else ()
-        self.ops.append(Op(OpKind.COMPUTE, kernel.name, COMPUTE_STREAM, phase, deps, kernel.cls,
-                           flops, nbytes, kernel.shape, None, "", mb, layer, mem))
+        self.ops.append(_new(Op, (OpKind.COMPUTE, kernel.name, COMPUTE_STREAM, phase, deps,
+                                  kernel.cls, flops, nbytes, kernel.shape, None, "", mb, layer,
+                                  mem)))  # every field, in order: tuple.__new__ is 2x Op()
         self.last_compute = i = len(self.ops) - 1
         if ready:
             self.ready = []
@@ -106,6 +107,7 @@ class Stage:
         return i
 
 
+_new = tuple.__new__  # builds an Op from all its fields without NamedTuple's keyword layer
 UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
 
 
