@@ -176,7 +176,8 @@ def test_compute_model_uses_the_gpu(small):
 def test_a_call_log_of_rows_and_blocks_is_the_table_of_every_row(entries):
     """Blocks (a gang's exclusive calls: rows ending at fixed durations after one
     start; a message group: rows with their own ends and one call number) give
-    the table, row numbers and dtypes that appending each row would."""
+    the table, row numbers and dtypes that appending each row would (text as
+    categories either way)."""
     alone = [("tp", i, "all_reduce", "all_reduce", 8, 1e6, "ring", "simple", 2)
              for i in range(3)]
     durations = [1.0, 2.0, 1.5]
@@ -198,5 +199,7 @@ def test_a_call_log_of_rows_and_blocks_is_the_table_of_every_row(entries):
             log.block(group, seq, t, ends=ends)
             rows += [(*h[:2], seq, *h[2:], t, t, e) for h, e in zip(group, ends, strict=True)]
     expected = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
+    for text in ("group", "collective", "name", "algorithm", "protocol"):  # categories
+        expected[text] = expected[text].astype("category")
     if rows:
         pd.testing.assert_frame_equal(log.frame(COLLECTIVE_COLUMNS), expected)

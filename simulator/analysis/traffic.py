@@ -143,5 +143,11 @@ def _touching(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],
     pairs = comms[["group", "group_index"]].drop_duplicates()
     near = {(str(g), int(i)) for g, i in zip(pairs["group"], pairs["group_index"], strict=True)
             if any(fabric.node_of(placement[r]) in servers for r in groups[g][i])}
-    keys = pd.MultiIndex.from_arrays([comms["group"].astype(str), comms["group_index"]])
-    return comms[keys.isin(list(near))] if near else comms.iloc[:0]
+    if not near:
+        return comms.iloc[:0]
+    codes, names = pd.factorize(comms["group"])  # a few distinct groups: no text per row
+    code_of = {str(name): c for c, name in enumerate(names)}
+    index = comms["group_index"].to_numpy(np.int64)
+    width = int(index.max()) + 1
+    wanted = [code_of[g] * width + i for g, i in near if g in code_of]
+    return comms[np.isin(codes.astype(np.int64) * width + index, wanted)]

@@ -69,6 +69,10 @@ class CallLog:
         built without a Python object per row."""
         explicit = pd.DataFrame(self._rows, columns=list(columns))
         if not self._blocks:
+            for name in explicit.columns:  # text as categories, as the block path makes it
+                if explicit[name].dtype == object or pd.api.types.is_string_dtype(
+                        explicit[name].dtype):
+                    explicit[name] = explicit[name].astype("category")
             return explicit
         at = np.asarray(self._row_at, dtype=np.int64)
         first = np.fromiter((b[0] for b in self._blocks), np.int64, len(self._blocks))
@@ -89,7 +93,7 @@ class CallLog:
                 data[name] = _fill(self._count, explicit[name], at,
                                    [(rows, [h[column] for h in heads])
                                     for rows, heads, _ in blocks])
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=False)  # no consolidation: columns stay as built
 
     def _per_block(self, explicit: pd.Series, at: np.ndarray, blocks: list, field: int,
                    dtype) -> np.ndarray:
@@ -122,19 +126,19 @@ class CallLog:
 def _fill(count: int, explicit: pd.Series, at: np.ndarray,
           blocks: list[tuple[np.ndarray, list]]) -> np.ndarray | pd.api.extensions.ExtensionArray:
     """One column of ``count`` rows: the explicit rows' values at ``at``, and at
-    each block's ``rows`` its template's values over and over; text as the
-    table's string type, built from codes."""
+    each block's ``rows`` its template's values over and over; text as a
+    categorical (categories in text order), built from codes: a log of millions
+    of rows holds a few dozen distinct texts."""
     if any(isinstance(v, str) for _, heads in blocks for v in heads[:1]):
         own, distinct = pd.factorize(explicit)  # the explicit rows' few distinct texts
-        names = pd.Index(pd.unique(np.concatenate(
-            [np.asarray(distinct, dtype=object), *[np.asarray(h, dtype=object)
-                                                   for _, h in blocks]])))
+        names = pd.Index(sorted(set(np.asarray(distinct, dtype=object).tolist()).union(
+            *[np.asarray(h, dtype=object).tolist() for _, h in blocks])))
         codes = np.empty(count, dtype=np.int32)
         codes[at] = names.get_indexer(np.asarray(distinct, dtype=object))[own]
         for rows, heads in blocks:
             codes[rows] = np.tile(names.get_indexer(np.asarray(heads, dtype=object)),
                                   len(rows) // len(heads))
-        return pd.array(names.to_numpy(dtype=object), dtype="str").take(codes)
+        return pd.Categorical.from_codes(codes, categories=names.astype("str"))
     values = [np.asarray(heads) for _, heads in blocks]
     dtype = np.result_type(*([explicit.dtype] if len(explicit) else []), *values)
     out = np.empty(count, dtype=dtype)

@@ -64,7 +64,7 @@ class Engine:
         self.ranks: list[int] = list(range(program.ranks))  # ranks whose programs run
         self.env = simpy.Environment()
         self.network = Network(self.env, fabric.capacity)
-        self.done: list[list[float | None]] = [[None] * len(ops) for ops in program.ops]
+        self.done: list[list[float | None]] = []  # per running rank: each op's end (run)
         self._cursor: dict[tuple[int, str], int] = {}  # next op position on each stream
         self._streams: dict[int, dict[str, list[int]]] = {}
         self._waiters: dict[tuple[int, int], list[simpy.Event]] = {}
@@ -80,6 +80,9 @@ class Engine:
 
     def run(self) -> EngineResult:
         self._expected = self._expected_arrivals()
+        running = set(self.ranks)
+        self.done = [[None] * len(ops) if r in running else []  # ranks that run only
+                     for r, ops in enumerate(self.program.ops)]
         layouts: dict[int, dict[str, list[int]]] = {}  # per op tuple: stream -> op indices
         for rank in self.ranks:
             ops = self.program.ops[rank]
