@@ -146,6 +146,32 @@ def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarra
     return np.bincount(g[first], weights=reach[last] - s[first], minlength=count)
 
 
+def grouped_union(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each group's intervals merged where they overlap or touch, as
+    ``grouped_union_length`` joins them: (group, start, end) of the merged
+    intervals, each start and end one of the inputs' own.
+
+    >>> [a.tolist() for a in grouped_union(np.array([0, 0, 1, 0]),
+    ...     np.array([0.0, 1.0, 0.0, 5.0]), np.array([1.0, 3.0, 2.0, 6.0]))]
+    [[0, 0, 1], [0.0, 5.0, 0.0], [3.0, 6.0, 2.0]]
+    """
+    keep = ends > starts
+    groups, starts, ends = groups[keep], starts[keep], ends[keep]
+    if len(starts) == 0:
+        return groups, starts, ends
+    low = float(starts.min())
+    shift = 2.0 * (float(ends.max()) - low) + 1.0
+    order = np.argsort((starts - low) + groups * shift, kind="stable")
+    groups, starts, ends = groups[order], starts[order], ends[order]
+    s, e = (starts - low) + groups * shift, (ends - low) + groups * shift
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    return groups[first], starts[first], np.maximum.reduceat(ends, first)
+
+
 def _cat(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([s for s, _ in sets]), np.concatenate([e for _, e in sets])
 
@@ -241,20 +267,24 @@ def stream_table(spans: pd.DataFrame) -> pd.DataFrame:
     per_rank = np.bincount(rank_index[comm_rows], minlength=len(rank_ids))
     first = np.concatenate([[0], np.cumsum(per_rank)[:-1]])
     span_rank = np.searchsorted(rank_ids, spans["rank"].to_numpy())
-    comp = np.flatnonzero(is_(spans, "kind", "compute"))
-    reps = per_rank[span_rank[comp]]
-    copies = np.repeat(comp, reps)
+    # Merged first (back-to-back kernels are one interval), then copied: far
+    # fewer intervals than spans, the same unions.
+    computing = is_(spans, "kind", "compute")
+    cg, cs, ce = grouped_union(span_rank[computing], start[computing], end[computing])
+    reps = per_rank[cg]
+    copies = np.repeat(np.arange(len(cg)), reps)
     within = np.arange(len(copies)) - np.repeat(np.cumsum(reps) - reps, reps)
-    to_comm = comm_rows[first[span_rank[copies]] + within]
-    talk = np.flatnonzero(work & ~is_(spans, "kind", "compute"))
-    talk = talk[compute_row[span_rank[talk]] >= 0]
-    og = np.concatenate([to_comm, compute_row[span_rank[talk]]]).astype(np.int64)
-    src = np.concatenate([copies, talk])
-    os_, oe = start[src], end[src]
+    to_comm = comm_rows[first[cg[copies]] + within]
+    talking = work & ~computing
+    tg, ts, te = grouped_union(span_rank[talking], start[talking], end[talking])
+    has_compute = compute_row[tg] >= 0
+    og = np.concatenate([to_comm, compute_row[tg[has_compute]]]).astype(np.int64)
+    os_ = np.concatenate([cs[copies], ts[has_compute]])
+    oe = np.concatenate([ce[copies], te[has_compute]])
     other = grouped_union_length(og, os_, oe, n)
-    both = grouped_union_length(np.concatenate([row[work], og]),
-                                np.concatenate([start[work], os_]),
-                                np.concatenate([end[work], oe]), n)
+    bg, bs, be = grouped_union(row[work], start[work], end[work])
+    both = grouped_union_length(np.concatenate([bg, og]), np.concatenate([bs, os_]),
+                                np.concatenate([be, oe]), n)
     overlapped = np.clip(busy + other - both, 0.0, np.minimum(busy, other))
     exposed = np.where(is_compute_row, 0.0, busy - overlapped)
     return keys.assign(busy_s=busy, overlapped_s=overlapped, exposed_s=exposed, wait_s=wait)

@@ -131,13 +131,32 @@ TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categ
 EXPAND_SPANS = 1_000_000  # a folded run's spans are copied to every rank up to this many
 
 
+SPAN_CHUNK = 200_000  # span tuples turned into columns at a time
+SPAN_DTYPES = (np.int64, object, object, object, float, float, object, np.int64, np.int64,
+               float, np.int64)  # per SPAN_COLUMNS
+
+
 def _spans(result, nodes: list[int]) -> pd.DataFrame:
-    spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
-    for column in TEXT_COLUMNS:
-        spans[column] = spans[column].astype("category")
-    spans.insert(1, "node", np.asarray(nodes)[spans["rank"].to_numpy()])
-    return spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
-                             ignore_index=True)
+    """The engine's span tuples as a table: columns filled from the end of its list a
+    chunk at a time, each chunk's tuples freed once copied (the tuples take three
+    times the table's memory); text columns as categories."""
+    tuples = result.spans
+    columns = [np.empty(len(tuples), dtype) for dtype in SPAN_DTYPES]
+    while tuples:
+        part = tuples[-SPAN_CHUNK:]
+        at = len(tuples) - len(part)
+        for column, values in zip(columns, zip(*part, strict=True), strict=True):
+            column[at:at + len(part)] = values
+        del tuples[-SPAN_CHUNK:], part
+    data = dict(zip(SPAN_COLUMNS, columns, strict=True))
+    del columns
+    for name in TEXT_COLUMNS:
+        data[name] = pd.Categorical(data[name])  # categories in text order
+    order = np.lexsort((data["stream"].codes, data["end"], data["start"], data["rank"]))
+    for name in SPAN_COLUMNS:  # sorted by rank, start, end, stream; a column at a time
+        data[name] = data[name][order]
+    data = {"rank": data["rank"], "node": np.asarray(nodes)[data["rank"]], **data}
+    return pd.DataFrame(data, copy=False)
 
 
 def _stage_memory(program: Program, result, ranks) -> tuple[dict, dict]:
