@@ -75,8 +75,10 @@ class CallLog:
                     explicit[name] = explicit[name].astype("category")
             return explicit
         at = np.asarray(self._row_at, dtype=np.int64)
-        first = np.fromiter((b[0] for b in self._blocks), np.int64, len(self._blocks))
-        template = np.fromiter((b[1] for b in self._blocks), np.int64, len(self._blocks))
+        fields = list(zip(*self._blocks, strict=True))  # the blocks' fields, column by column
+        first, template = np.array(fields[0], np.int64), np.array(fields[1], np.int64)
+        seqs, starts, ends = np.array(fields[2], np.int64), np.array(fields[3], float), fields[4]
+        del fields
         blocks = []  # per template: (rows, heads, its blocks' indices)
         for t, (heads, _) in enumerate(self._templates):
             mine = np.flatnonzero(template == t)
@@ -85,9 +87,10 @@ class CallLog:
         data = {}
         for c, name in enumerate(columns):
             if c == 2:  # seq: the block's
-                data[name] = self._per_block(explicit[name], at, blocks, 2, np.int64)
+                data[name] = self._per_block(explicit[name], at, blocks, seqs)
             elif c >= len(columns) - 3:  # first_arrival, start, end
-                data[name] = self._times(explicit[name], at, blocks, c == len(columns) - 1)
+                data[name] = self._times(explicit[name], at, blocks, starts,
+                                         ends if c == len(columns) - 1 else None)
             else:
                 column = c if c < 2 else c - 1  # heads leave seq out
                 data[name] = _fill(self._count, explicit[name], at,
@@ -95,30 +98,31 @@ class CallLog:
                                     for rows, heads, _ in blocks])
         return pd.DataFrame(data, copy=False)  # no consolidation: columns stay as built
 
-    def _per_block(self, explicit: pd.Series, at: np.ndarray, blocks: list, field: int,
-                   dtype) -> np.ndarray:
-        """A column holding one value per block (repeated over its rows)."""
+    def _per_block(self, explicit: pd.Series, at: np.ndarray, blocks: list,
+                   values: np.ndarray) -> np.ndarray:
+        """A column holding one value per block (``values``), repeated over its rows."""
         out = np.empty(self._count, dtype=np.result_type(
-            *([explicit.dtype] if len(explicit) else []), dtype))
+            *([explicit.dtype] if len(explicit) else []), values.dtype))
         out[at] = explicit.to_numpy()
         for rows, heads, mine in blocks:
-            out[rows] = np.repeat([self._blocks[b][field] for b in mine], len(heads))
+            out[rows] = np.repeat(values[mine], len(heads))
         return out
 
-    def _times(self, explicit: pd.Series, at: np.ndarray, blocks: list,
-               end: bool) -> np.ndarray:
-        """A time column: each block's start, or for ``end`` its rows' ends."""
+    def _times(self, explicit: pd.Series, at: np.ndarray, blocks: list, starts: np.ndarray,
+               ends: tuple | None) -> np.ndarray:
+        """A time column: each block's start, or with ``ends`` (each block's own
+        ends, or None where its template has durations) its rows' ends."""
         out = np.empty(self._count)
         out[at] = explicit.to_numpy(dtype=float)
         for (rows, heads, mine), (_, durations) in zip(blocks, self._templates,
                                                          strict=True):
-            starts = np.fromiter((self._blocks[b][3] for b in mine), float, len(mine))
-            if not end:
-                out[rows] = np.repeat(starts, len(heads))
+            begin = starts[mine]
+            if ends is None:
+                out[rows] = np.repeat(begin, len(heads))
             elif durations is not None:
-                out[rows] = np.repeat(starts, len(heads)) + np.tile(durations, len(mine))
+                out[rows] = np.repeat(begin, len(heads)) + np.tile(durations, len(mine))
             else:
-                out[rows] = np.concatenate([self._blocks[b][4] for b in mine]) if len(
+                out[rows] = np.concatenate([ends[b] for b in mine]) if len(
                     mine) else np.empty(0)
         return out
 
