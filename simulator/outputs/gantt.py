@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path as Outline
 
 from simulator.analysis.timeline import rank_table
 from simulator.base.ir import COMMUNICATION_STREAMS, PP_STREAM
@@ -207,6 +207,8 @@ def _label_blocks(ax: Axes, part: pd.DataFrame, y: float, scale: float, width: f
                 fontsize=5.5, color="white" if phase == "backward" else "black")
 
 
+RECTANGLE_CODES = np.array([Outline.MOVETO, Outline.LINETO, Outline.LINETO, Outline.LINETO,
+                            Outline.CLOSEPOLY], dtype=Outline.code_type)
 PIXEL_FRACTION = 1 / 6000  # gaps below this share of the window are below a pixel
 HATCH_MIN = 1 / 400  # narrower blocks (a few pixels) are drawn solid: no hatch would show
 
@@ -236,18 +238,21 @@ def _bars(part: pd.DataFrame, scale: float, gap: float) -> tuple[np.ndarray, np.
 
 def _rectangles(ax: Axes, bars: tuple[np.ndarray, np.ndarray], y: float, height: float,
                 **style) -> None:
-    """Bars ``(x, width)`` from ``y`` to ``y + height`` as one PolyCollection built
-    from arrays (``broken_barh`` converts units bar by bar: seconds for the
-    hundreds of thousands of bars of a large run). The caller sets the limits."""
+    """Bars ``(x, width)`` from ``y`` to ``y + height`` as one compound path built
+    from arrays (``broken_barh`` converts units bar by bar, and a collection makes
+    a path per bar: seconds for the hundreds of thousands of bars of a large
+    run; the bars do not overlap, so one filled path draws the same). The caller
+    sets the limits."""
     x, w = bars
     if len(x) == 0:
         return
-    verts = np.empty((len(x), 4, 2))
-    verts[:, 0, 0] = verts[:, 1, 0] = x
-    verts[:, 2, 0] = verts[:, 3, 0] = x + w
-    verts[:, (0, 3), 1] = y
+    verts = np.empty((len(x), 5, 2))
+    verts[:, (0, 1, 4), 0] = x[:, None]
+    verts[:, (2, 3), 0] = (x + w)[:, None]
+    verts[:, (0, 3, 4), 1] = y
     verts[:, (1, 2), 1] = y + height
-    ax.add_collection(PolyCollection(verts, **style), autolim=False)
+    codes = np.tile(RECTANGLE_CODES, len(x))
+    ax.add_artist(PathPatch(Outline(verts.reshape(-1, 2), codes), snap=True, **style))
 
 
 def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
@@ -273,16 +278,16 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
             wide = w >= HATCH_MIN * width if name in HATCH else np.zeros(len(w), dtype=bool)
             if wide.any():  # a hatch shows only on blocks a few pixels wide: draw it there
                 _rectangles(ax, (x[wide], w[wide]), y + offset, height,
-                            facecolors=CATEGORIES[name], hatch=HATCH[name],
+                            facecolor=CATEGORIES[name], hatch=HATCH[name],
                             edgecolor="white", linewidth=0)
             _rectangles(ax, (x[~wide], w[~wide]), y + offset, height,
-                        facecolors=CATEGORIES[name], linewidth=0)
+                        facecolor=CATEGORIES[name], linewidth=0)
             used.add(name)
         bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
             _rectangles(ax, _bars(bubbles, scale, gap), y + offset, height,
-                        facecolors=CATEGORIES["pipeline bubble"],
+                        facecolor=CATEGORIES["pipeline bubble"],
                         alpha=0.45, linewidth=0, zorder=0.5)
         compute = frame[frame["kind"] == "compute"]
         if labels and len(compute):
