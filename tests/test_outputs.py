@@ -17,7 +17,7 @@ from simulator.analysis import comms
 from simulator.analysis.traffic import server_traffic
 from simulator.base.ir import Collective
 from simulator.cli import main
-from simulator.outputs import run_dir
+from simulator.outputs import gantt, run_dir
 from simulator.outputs.gantt import choose_rows, identical_ranks, rank_ranges
 from tests.test_parallelism import tiny
 
@@ -305,6 +305,18 @@ def test_a_folded_run_keeps_one_timeline_per_class_and_expands_any_rank(tmp_path
     assert main(["gantt", str(out), "--out", str(tmp_path / "all.png")]) == 0
     rows, total = choose_rows(back.spans, classes=back.classes())
     assert total == 2 and sorted(r for row in rows for r in row.ranks) == list(range(16))
+    whole_dir = tmp_path / "whole"
+    run_dir.write(whole, whole_dir)
+    drawn = []
+    real = gantt.compare_figure
+    monkeypatch.setattr(gantt, "compare_figure", lambda a, b, *rest, **kw: (
+        drawn.append((sorted(a["rank"].unique()), kw["classes"])), real(a, b, *rest, **kw))[1])
+    for ranks, expected_ranks in (("13", [13]), (None, [0, 8])):
+        flags = ["--ranks", ranks] if ranks else []
+        assert main(["compare", str(out), str(whole_dir), *flags,
+                     "--out", str(tmp_path / "c.png")]) == 0
+        assert drawn[-1][0] == expected_ranks  # a mate expanded; else a row per class
+    assert drawn[-1][1][0] == back.classes() and drawn[-1][1][1] is None
 
 
 def test_a_folded_run_maps_every_mate_to_its_own_calls_through_block_plans(monkeypatch):

@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
     total = max(len(a.placement), len(b.placement))
     out = options.figure(args.out or b.path / "compare.png", "--out")
-    save(compare_figure(a.spans, b.spans, names, options.ranks_option(args.ranks, total)),
-         out)
+    ranks = options.ranks_option(args.ranks, total)
+    # a folded run: the ranks asked for expanded from their classes, else a row per class
+    spans = [r.spans_of(ranks) if ranks else r.spans for r in (a, b)]
+    classes = (None, None) if ranks else (a.classes(), b.classes())
+    save(compare_figure(*spans, names, ranks, classes=classes), out)
     print(f"figure           {out}")
     return 0

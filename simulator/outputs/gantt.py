@@ -382,22 +382,28 @@ def plot_gantt(spans: pd.DataFrame, path: str | Path, title: str = "", **options
 
 def compare_figure(a: pd.DataFrame, b: pd.DataFrame, titles: tuple[str, str],
                    ranks: list[int] | None = None, start: float | None = None,
-                   end: float | None = None) -> Figure:
-    """Two runs' Gantt charts stacked on one time axis."""
+                   end: float | None = None,
+                   classes: tuple[list[list[int]] | None, list[list[int]] | None] = (None, None)
+                   ) -> Figure:
+    """Two runs' Gantt charts stacked on one time axis; ``classes`` as for
+    ``figure``, per run (a folded run's spans hold the first rank of each)."""
     hi = max(float(a["end"].max()), float(b["end"].max())) if end is None else end
     lo = 0.0 if start is None else start
     unit, scale = time_unit(hi - lo)
-    picked = [choose_rows(s, ranks, limit=MAX_ROWS // 2) for s in (a, b)]
+    picked = [choose_rows(s, ranks, limit=MAX_ROWS // 2, classes=c)
+              for s, c in zip((a, b), classes, strict=True)]
     heights = [max(1, len(rows)) for rows, _ in picked]
     fig = Figure(figsize=(11, min(0.42 * sum(heights) + 3.0, 30.0)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
     used: set[str] = set()
-    for ax, spans, (rows, total), title in zip(axes, (a, b), picked, titles, strict=True):
+    for ax, spans, (rows, total), title, c in zip(axes, (a, b), picked, titles, classes,
+                                                  strict=True):
         frame = _window(spans[spans["rank"].isin({r.ranks[0] for r in rows})], start, end)
         used |= draw(ax, frame, rows, scale)
+        in_run = sum(map(len, c)) if c is not None else spans["rank"].nunique()
         ax.set_title(_title(f"{title}: {float(spans['end'].max()) * scale:.4g} {unit}",
-                            rows, total, spans["rank"].nunique()), fontsize=9)
+                            rows, total, in_run), fontsize=9)
     axes[1].set_xlim(lo * scale, hi * scale)
     axes[1].set_xlabel(f"time ({unit})")
     _legend(fig, used)
