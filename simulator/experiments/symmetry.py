@@ -15,6 +15,11 @@ rank is simulated. The classes that finish are exact by construction: each
 member's timeline equals its representative's, op by op (same program, same
 durations, same ends, by induction).
 
+With compute jitter every rank is simulated (each draws its own kernel times),
+unless ``simulation.jitter: approximate``: then the classes run as without
+jitter, each representative at the pace of its groups' slowest member
+(``compute.jitter.slowest_member``), and the result says it is not exact.
+
 ``simulation.symmetry: full`` always simulates every rank (for checking);
 ``simulation.fold_ranks`` and ``simulation.tensor_parallel_gangs`` force a
 method. The result says what was done: ``"8 of 1,024 ranks simulated, exact by
