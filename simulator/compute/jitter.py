@@ -82,7 +82,14 @@ def slowest_member(program: Program, rank: int, base: np.ndarray, seed: int,
     """``rank``'s op durations under jitter ``sigma`` where each blocking
     collective's segment takes its group's slowest member's time (see the
     module docstring); elsewhere ``rank``'s own jittered durations."""
-    out = base * jitter_factors(seed, rank, len(base), sigma)
+    draws: dict[int, np.ndarray] = {}  # a member's factors, shared by its groups
+
+    def factors(member: int) -> np.ndarray:
+        if member not in draws:
+            draws[member] = jitter_factors(seed, member, len(base), sigma)
+        return draws[member]
+
+    out = base * factors(rank)
     by_group: dict[tuple[int, ...], list[list[int]]] = {}
     for indices, members in segments(program, rank):
         if len(members) > 1 and indices:
@@ -92,8 +99,7 @@ def slowest_member(program: Program, rank: int, base: np.ndarray, seed: int,
         sampled = (rank, *[m for m in members if m != rank][:SAMPLED_MEMBERS - 1])
         idx = np.concatenate([np.asarray(run) for run in runs])
         starts = np.cumsum([0, *map(len, runs)])[:-1]
-        times = base[idx] * np.stack([jitter_factors(seed, m, len(base), sigma)[idx]
-                                      for m in sampled])  # sampled member x kernel
+        times = base[idx] * np.stack([factors(m)[idx] for m in sampled])  # member x kernel
         sums = np.add.reduceat(times, starts, axis=1)  # sampled member x segment
         slowest = np.argmax(sums, axis=0)
         target = _largest_of(sums, len(members), rng)

@@ -70,8 +70,7 @@ class CallLog:
         explicit = pd.DataFrame(self._rows, columns=list(columns))
         if not self._blocks:
             for name in explicit.columns:  # text as categories, as the block path makes it
-                if explicit[name].dtype == object or pd.api.types.is_string_dtype(
-                        explicit[name].dtype):
+                if pd.api.types.is_string_dtype(explicit[name]):
                     explicit[name] = explicit[name].astype("category")
             return explicit
         at = np.asarray(self._row_at, dtype=np.int64)

@@ -14,6 +14,8 @@ from simulator.engine.call_log import CallLog
 Span = tuple  # (rank, stream, kind, name, start, end, phase, microbatch, layer, bytes, call)
 SPAN_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "phase", "microbatch",
                 "layer", "bytes", "call")  # call: row of the collectives log, -1 for compute
+SPAN_DTYPES = (int, object, object, object, float, float, object, int, int, float, int)
+SPAN_TEXT = ("stream", "kind", "name", "phase")  # few distinct values: kept as categories
 COLLECTIVE_COLUMNS = ("group", "group_index", "seq", "collective", "name", "ranks", "bytes",
                       "algorithm", "protocol", "channels", "first_arrival", "start", "end")
 

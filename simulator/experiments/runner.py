@@ -24,7 +24,13 @@ from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
 from simulator.engine.call_log import CallLog
 from simulator.engine.folded import Folded
-from simulator.engine.records import COLLECTIVE_COLUMNS, SPAN_COLUMNS, NotInLockstep
+from simulator.engine.records import (
+    COLLECTIVE_COLUMNS,
+    SPAN_COLUMNS,
+    SPAN_DTYPES,
+    SPAN_TEXT,
+    NotInLockstep,
+)
 from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
@@ -127,13 +133,10 @@ def _durations(program: Program, model: ComputeModel):
     return durations
 
 
-TEXT_COLUMNS = ("stream", "kind", "name", "phase")  # few distinct values: categoricals
 EXPAND_SPANS = 1_000_000  # a folded run's spans are copied to every rank up to this many
 
 
 SPAN_CHUNK = 200_000  # span tuples turned into columns at a time
-SPAN_DTYPES = (np.int64, object, object, object, float, float, object, np.int64, np.int64,
-               float, np.int64)  # per SPAN_COLUMNS
 
 
 def _spans(result, nodes: list[int]) -> pd.DataFrame:
@@ -150,7 +153,7 @@ def _spans(result, nodes: list[int]) -> pd.DataFrame:
         del tuples[-SPAN_CHUNK:], part
     data = dict(zip(SPAN_COLUMNS, columns, strict=True))
     del columns
-    for name in TEXT_COLUMNS:
+    for name in SPAN_TEXT:
         data[name] = pd.Categorical(data[name])  # categories in text order
     order = np.lexsort((data["stream"].codes, data["end"], data["start"], data["rank"]))
     for name in SPAN_COLUMNS:  # sorted by rank, start, end, stream; a column at a time

@@ -63,7 +63,10 @@ class Method:
             return base
         if self.approximate_jitter:
             return lambda rank: slowest_member(program, rank, base(rank), seed, jitter)
-        return lambda rank: base(rank) * jitter_factors(seed, rank, len(base(rank)), jitter)
+        def own(rank: int) -> np.ndarray:
+            values = base(rank)
+            return values * jitter_factors(seed, rank, len(values), jitter)
+        return own
 
 
 MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more run)

@@ -130,6 +130,21 @@ def _shorten(text: str, limit: int = 22) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def spread(items: list, count: int) -> list:
+    """At most ``count`` of ``items``, evenly spread, first and last kept (the rows a
+    figure or a trace shows of many).
+
+    >>> spread(list(range(32)), 4)
+    [0, 10, 21, 31]
+    >>> spread([3, 5], 4)
+    [3, 5]
+    """
+    if len(items) <= count:
+        return list(items)
+    return [items[i] for i in sorted(set(np.linspace(0, len(items) - 1, count)
+                                         .round().astype(int)))]
+
+
 def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,
                 streams: bool = False, group: bool | None = None,
                 limit: int = MAX_ROWS, classes: list[list[int]] | None = None
@@ -150,9 +165,7 @@ def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,
     else:
         members = [[int(r)] for r in sorted(frame["rank"].unique())]
     total = len(members)
-    if total > limit:
-        picks = sorted(set(np.linspace(0, total - 1, limit).round().astype(int)))
-        members = [members[i] for i in picks]
+    members = spread(members, limit)
     rows = [Row(tuple(m)) for m in members]
     if streams:
         present = ["compute"] + [s for s in STREAMS if (frame["stream"] == s).any()]

@@ -46,9 +46,10 @@ import yaml
 
 from simulator.analysis.traffic import binned, binned_peak
 from simulator.engine.folded import Folded
+from simulator.engine.records import SPAN_TEXT
 from simulator.outputs import exports
+from simulator.outputs.gantt import spread
 
-TEXT_COLUMNS = ("stream", "kind", "name", "phase")
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
@@ -105,20 +106,6 @@ def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
     return sorted(r for members in chosen.values() for r in members)
 
 
-def spread(ranks: list[int], count: int) -> list[int]:
-    """``count`` of ``ranks`` (at least two: the first and the last) evenly spread.
-
-    >>> spread(list(range(32)), 4)
-    [0, 10, 21, 31]
-    >>> spread([3, 5], 1)
-    [3, 5]
-    """
-    count = max(2, count)
-    if count >= len(ranks):
-        return list(ranks)
-    return sorted({ranks[round(i * (len(ranks) - 1) / (count - 1))] for i in range(count)})
-
-
 def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     """Write every output of ``result`` (a RunResult) into ``out`` (files an earlier
     run left there that this one does not write are removed: no stale CSV)."""
@@ -158,10 +145,10 @@ def _write_trace(result, path: Path) -> None:
         spans = result.spans_of(chosen)
         if len(spans) > TRACE_SPANS:
             spans, detail = exports.layer_detail(spans), "layer"
-            chosen = spread(chosen, len(chosen) * TRACE_SPANS // len(spans))
+            chosen = spread(chosen, max(2, len(chosen) * TRACE_SPANS // len(spans)))
             spans = spans[spans["rank"].isin(chosen)]
         servers = sorted({result.node_of_rank[r] for r in chosen})
-        memory = {r: m for r, m in memory.items() if r in set(chosen)}
+        memory = {r: m for r, m in memory.items() if r in chosen}
     counters = exports.memory_counters(memory, result.node_of_rank)
     traffic = result.traffic(servers)
     if detail == "layer":  # a counter sample per kernel would outnumber the slices
@@ -232,7 +219,7 @@ def read(path: str | Path) -> FinishedRun:
         folded = _read_folded(path)
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise RunDirError(f"{path}: cannot read the run ({error})") from None
-    for column in TEXT_COLUMNS:
+    for column in SPAN_TEXT:
         spans[column] = spans[column].astype(str).astype("category")
     return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms,
                        placement, nodes, folded)
