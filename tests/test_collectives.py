@@ -196,6 +196,24 @@ def test_tuner_picks_nvls_for_large_messages_on_h100():
     assert lowered.algorithm is Algorithm.NVLS
 
 
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_the_tuner_prices_each_shape_of_call_once_and_lowers_as_if_alone(data):
+    """A tuner that has seen other calls of the same shape (priced once per plan
+    signature) lowers a call exactly as a fresh tuner that prices it alone."""
+    fabric = fabric_of(A100, 8)
+    gpus = fabric.graph.graph["gpus"]
+    shared = Collectives(fabric)
+    for _ in range(6):
+        kind = data.draw(st.sampled_from([Collective.SEND_RECV, Collective.ALL_REDUCE,
+                                          Collective.ALL_GATHER]))
+        n = 2 if kind is Collective.SEND_RECV else data.draw(st.integers(2, 16))
+        members = data.draw(st.permutations(gpus))[:n]
+        size = data.draw(st.sampled_from([8.0, 65536.0, 2.0**24, 2.0**31]))
+        mine, alone = shared(kind, members, size), Collectives(fabric)(kind, members, size)
+        assert dataclasses.replace(mine, key=None) == dataclasses.replace(alone, key=None)
+
+
 def test_forced_choices_and_errors():
     fabric = fabric_of(A100, 1)
     gpus = fabric.graph.graph["gpus"]

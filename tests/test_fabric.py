@@ -12,7 +12,7 @@ from topologies import CLUSTERS, NETWORKS, build_cluster
 from topologies.graph_file import GraphFileError, load_graph
 from topologies.networks.dragonfly import dragonfly_links
 from topologies.networks.fat_tree import leaf_spine_shape
-from topologies.routing import shortest_paths
+from topologies.routing import Routing, shortest_paths
 
 KINDS = ["fat_tree", "fat_tree_3", "rail_optimized", "dragonfly"]
 
@@ -188,13 +188,14 @@ def test_builders_take_keyword_parameters():
 def test_shortest_paths_from_one_search_equal_networkx(n, p, seed):
     """Routing enumerates equal-cost paths from one breadth-first search per source
     switch; the set equals networkx's all_shortest_paths for every pair."""
-    graph = nx.gnp_random_graph(n, p, seed=seed, directed=True)
+    graph = nx.relabel_nodes(nx.gnp_random_graph(n, p, seed=seed, directed=True), str)
+    nx.set_node_attributes(graph, "switch", "kind")
+    routing = Routing(graph)
     for source in graph:
-        predecessors = nx.predecessor(graph, source)
         for target in graph:
             if target == source:
                 continue
-            mine = sorted(shortest_paths(predecessors, source, target))
+            mine = sorted(shortest_paths(routing._predecessors(source, target), source, target))
             if nx.has_path(graph, source, target):
                 assert mine == sorted(nx.all_shortest_paths(graph, source, target))
             else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import networkx as nx
+import numpy as np
 
 
 class RoutingError(ValueError):
@@ -35,9 +36,13 @@ class Routing:
     def __init__(self, graph: nx.DiGraph) -> None:
         self.graph = graph
         switches = [n for n, d in graph.nodes(data=True) if d.get("kind") == "switch"]
-        self._switches = nx.DiGraph(graph.subgraph(switches))
+        self._switch_names = switches
+        self._switch_index = {n: i for i, n in enumerate(switches)}
+        self._adjacency = np.zeros((len(switches), len(switches)), dtype=bool)
+        for a, b in graph.subgraph(switches).edges():
+            self._adjacency[self._switch_index[a], self._switch_index[b]] = True
         self._switch_paths: dict[tuple[str, str], list[list[str]]] = {}
-        self._bfs: dict[str, dict[str, list[str]]] = {}  # source switch -> predecessors
+        self._hops: dict[str, np.ndarray] = {}  # source switch -> hops to every switch
         self._leaves: dict[str, str] = {}  # NIC -> its switch
         nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"]
         self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
@@ -78,18 +83,47 @@ class Routing:
             if a == b:
                 paths = [[a]]
             else:
-                paths = sorted(shortest_paths(self._predecessors(a), a, b))
+                paths = sorted(shortest_paths(self._predecessors(a, b), a, b))
                 if not paths:
                     raise RoutingError(f"no switch path from {a} to {b}")
             self._switch_paths[key] = paths
         return self._switch_paths[key]
 
-    def _predecessors(self, source: str) -> dict[str, list[str]]:
-        """Each switch's predecessors on shortest paths from ``source``: one
-        breadth-first search per source switch, shared by all its destinations."""
-        if source not in self._bfs:
-            self._bfs[source] = nx.predecessor(self._switches, source)
-        return self._bfs[source]
+    def _predecessors(self, source: str, target: str) -> dict[str, list[str]]:
+        """The predecessors, on shortest paths from ``source``, of the switches on
+        shortest paths to ``target`` (what ``shortest_paths`` walks): one
+        breadth-first search per source switch, by levels over the switches'
+        adjacency matrix, shared by all its destinations."""
+        hops = self._hops.get(source)
+        if hops is None:
+            hops = self._hops[source] = self._levels(self._switch_index[source])
+        names, adjacency = self._switch_names, self._adjacency
+        end = self._switch_index[target]
+        if hops[end] < 0:
+            return {}
+        out: dict[str, list[str]] = {}
+        stack = [end]
+        while stack:
+            v = stack.pop()
+            if names[v] in out:
+                continue
+            before = [] if hops[v] == 0 else np.flatnonzero(
+                adjacency[:, v] & (hops == hops[v] - 1)).tolist()
+            out[names[v]] = [names[u] for u in before]
+            stack.extend(before)
+        return out
+
+    def _levels(self, source: int) -> np.ndarray:
+        """Hops from switch ``source`` to every switch (-1: unreachable)."""
+        hops = np.full(len(self._switch_names), -1, dtype=np.int64)
+        hops[source] = 0
+        frontier, level = np.zeros(len(hops), dtype=bool), 0
+        frontier[source] = True
+        while frontier.any():
+            level += 1
+            frontier = self._adjacency[frontier].any(axis=0) & (hops < 0)
+            hops[frontier] = level
+        return hops
 
 
 def shortest_paths(predecessors: dict[str, list[str]], source: str, target: str

@@ -34,6 +34,7 @@ class Plan:
     pipelined_steps: int = 1  # steps a lock-step ring would run
     wire_scale: float = 1.0  # extra bytes factor (NVLS switch efficiency)
     rates: np.ndarray | None = field(default=None, repr=False)
+    signature: tuple | None = field(default=None, repr=False)  # tuner.signature's cache
     ranks: int = 0
     pipeline_channels: int = 0  # NCCL channels whose ring pipeline fills (0: not modelled)
 

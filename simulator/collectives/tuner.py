@@ -115,6 +115,20 @@ def estimate(fabric: Fabric, plan: Plan, size: float, protocol: Protocol) -> flo
     return lowered.latency + float(np.max(np.asarray(lowered.sizes) / idle_rates(fabric, plan)))
 
 
+def signature(fabric: Fabric, plan: Plan) -> tuple:
+    """What ``estimate`` and ``finish`` read of ``plan``, but its routes (cached on
+    it): two calls whose plans have equal signatures (the pipeline messages of
+    every replica, say) cost the same under each protocol and lower to the same
+    sizes and latency, so the tuner prices each shape of call once, not every
+    group of GPUs."""
+    if plan.signature is None:
+        plan.signature = (plan.algorithm, tuple(plan.steps), plan.channels, plan.multi_node,
+                          plan.pipelined_steps, plan.wire_scale, plan.ranks,
+                          plan.pipeline_channels, tuple(plan.payload),
+                          idle_rates(fabric, plan).tobytes())
+    return plan.signature
+
+
 def execute(network: Network, lowered: Lowered):
     """SimPy process that carries out ``lowered`` on ``network``."""
     for _ in range(lowered.steps):
@@ -149,6 +163,7 @@ class Collectives:
         self._plans: dict[tuple, Plan | None] = {}
         self._choices: dict[tuple, tuple[Plan, Protocol]] = {}
         self._lowered: dict[tuple, Lowered] = {}
+        self._by_shape: dict[tuple, tuple[int, Lowered]] = {}  # call shape -> choice
 
     def __call__(self, kind: Collective, gpus: Sequence[str], size: float) -> Lowered:
         if len(gpus) < 2 or size <= 0:
@@ -156,9 +171,18 @@ class Collectives:
         key = (kind, tuple(gpus), size)
         lowered = self._lowered.get(key)
         if lowered is None:
-            plan, protocol = self.choose(kind, gpus, size)
-            lowered = finish(plan, size, protocol, self.lockstep)
-            lowered = self._lowered[key] = replace(lowered, key=("call", len(self._lowered)))
+            options = self.candidates(kind, gpus)
+            shape = (kind, size, *((signature(self.fabric, plan), p) for plan, p in options))
+            chosen = self._by_shape.get(shape)
+            if chosen is None:  # price each option once per shape of call
+                times = [estimate(self.fabric, plan, size, p) for plan, p in options]
+                best = int(np.argmin(times))
+                plan, protocol = options[best]
+                chosen = self._by_shape[shape] = (best, finish(plan, size, protocol,
+                                                               self.lockstep))
+            best, template = chosen
+            lowered = self._lowered[key] = replace(template, routes=options[best][0].routes,
+                                                   key=("call", len(self._lowered)))
         return lowered
 
     def plan(self, kind: Collective, algorithm: Algorithm, gpus: Sequence[str]) -> Plan | None:
