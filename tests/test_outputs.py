@@ -17,7 +17,7 @@ from simulator.analysis import comms
 from simulator.analysis.traffic import server_traffic
 from simulator.base.ir import Collective
 from simulator.cli import main
-from simulator.outputs import gantt, run_dir
+from simulator.outputs import alongside, gantt, run_dir
 from simulator.outputs.gantt import choose_rows, identical_ranks, rank_ranges
 from tests.test_parallelism import tiny
 
@@ -334,3 +334,24 @@ def test_a_folded_run_maps_every_mate_to_its_own_calls_through_block_plans(monke
     assert {"tp", "pp"} <= {str(g).split(".")[0] for g in folded.comms["group"][list(blocks)]}
     every = list(range(32))
     pd.testing.assert_frame_equal(folded.spans_of(every), whole.spans, check_categorical=False)
+
+
+def test_a_large_run_draws_its_figures_alongside_and_writes_the_same_files(tmp_path,
+                                                                             monkeypatch):
+    """Above BACKGROUND_SPANS the figures are drawn in a forked child while the
+    tables are written: every file is byte-for-byte what one process writes, and
+    a failure in the child is an error here that says what failed."""
+    result = run(tiny(tp=2, pp=4, dp=2))
+    run_dir.write(result, tmp_path / "alone")
+    monkeypatch.setattr(run_dir, "BACKGROUND_SPANS", 0)
+    run_dir.write(result, tmp_path / "alongside")
+    names = sorted(p.name for p in (tmp_path / "alone").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "alongside").iterdir())
+    assert "gantt.png" in names and "memory.png" in names
+    for name in names:
+        assert (tmp_path / "alone" / name).read_bytes() == \
+            (tmp_path / "alongside" / name).read_bytes(), name
+    monkeypatch.setattr(type(result), "memory_plot", lambda self, path: 1 / 0)
+    with pytest.raises(alongside.BackgroundError, match="ZeroDivisionError"):
+        run_dir.write(result, tmp_path / "broken")
+    assert (tmp_path / "broken" / "summary.json").exists()  # the tables were written

@@ -48,12 +48,14 @@ from simulator.analysis.traffic import binned, binned_peak
 from simulator.engine.folded import Folded
 from simulator.engine.records import SPAN_TEXT
 from simulator.outputs import exports
+from simulator.outputs.alongside import alongside
 from simulator.outputs.gantt import spread
 
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
 COUNTER_BINS = 2_000  # a layer-detail trace's link counters: averages over this many bins
+BACKGROUND_SPANS = 200_000  # larger runs draw their figures in a second process (alongside)
 OPTIONAL_FILES = ("spans.csv", "comms.csv", "classes.csv", "mate_calls.parquet")
 
 
@@ -112,6 +114,17 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in OPTIONAL_FILES:
         (out / name).unlink(missing_ok=True)
+
+    def figures() -> None:
+        result.gantt(str(out / f"gantt.{fmt}"))
+        result.memory_plot(str(out / f"memory.{fmt}"))
+
+    with alongside(figures, background=len(result.spans) > BACKGROUND_SPANS):
+        _write_tables(result, out, spans_csv)
+
+
+def _write_tables(result, out: Path, spans_csv: bool) -> None:
+    """Everything but the figures."""
     exports.write_summary(result.summary, out / "summary.json")
     (out / "scenario.yaml").write_text(yaml.safe_dump(dict(result.scenario.source),
                                                       sort_keys=False))
@@ -129,8 +142,6 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
     if result.folded is not None:
         _write_folded(result.folded, out)
     _write_trace(result, out / "trace.json")
-    result.gantt(str(out / f"gantt.{fmt}"))
-    result.memory_plot(str(out / f"memory.{fmt}"))
 
 
 def _write_trace(result, path: Path) -> None:
