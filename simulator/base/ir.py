@@ -29,6 +29,8 @@ STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 
 
 class OpKind(Enum):
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     COMPUTE = "compute"
     COLLECTIVE = "collective"
     SEND = "send"  # eager: the transfer starts when the sender reaches it
@@ -38,6 +40,8 @@ class OpKind(Enum):
 class KernelClass(Enum):
     """Decides which efficiency curve of the compute model applies."""
 
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     GEMM = "gemm"
     ATTENTION = "attention"
     ELEMENTWISE = "elementwise"
@@ -45,6 +49,8 @@ class KernelClass(Enum):
 
 class Collective(Enum):
     """Operations, named as nccl-tests names them (``all_reduce_perf`` ...)."""
+
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
 
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
@@ -57,6 +63,8 @@ class Collective(Enum):
 
 
 class Phase(Enum):
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"

@@ -34,6 +34,8 @@ from simulator.network.fabric import Transport
 
 
 class Algorithm(Enum):
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     RING = "ring"
     TREE = "tree"
     NVLS = "nvls"
@@ -41,6 +43,8 @@ class Algorithm(Enum):
 
 
 class Protocol(Enum):
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     LL = "ll"
     LL128 = "ll128"
     SIMPLE = "simple"

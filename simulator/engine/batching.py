@@ -42,14 +42,18 @@ class BatchedCompute(Engine):
         path: plain loops, no helpers); return the next position and the end."""
         ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
         phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
-        while pos < len(indices):
+        count = len(indices)
+        while pos < count:
             i = indices[pos]
             op = ops[i]
-            if not all(done[d] is not None and done[d] <= t for d in op.deps):
-                start = self._ready_at(rank, op, t)
-                if start is None:
+            for d in op.deps:  # a plain loop: a generator per op costs more than the op
+                end = done[d]
+                if end is None or end > t:
+                    start = self._ready_at(rank, op, t)
+                    if start is None:
+                        return pos, t
+                    t = start
                     break
-                t = start
             end = t + durations[i]
             spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
                           op.microbatch, op.layer, op.bytes, -1))

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import simpy
 
-from simulator.base.ir import Collective, Op, OpKind, Program
+from simulator.base.ir import PHASE_NAME, Collective, Op, OpKind, Program
 from simulator.collectives.tuner import Lowered, execute
 from simulator.engine.call_log import CallLog
 from simulator.engine.records import (
@@ -137,7 +137,7 @@ class Engine:
         i = indices[pos]
         op, end = self.program.ops[rank][i], self.env.now + durations[i]
         self.spans.append((rank, op.stream, "compute", op.name, self.env.now, end,
-                           op.phase.value, op.microbatch, op.layer, op.bytes, -1))
+                           PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, -1))
         self._finish(rank, i, end)
         return pos + 1, end
 
@@ -201,10 +201,10 @@ class Engine:
         """A communication op's spans: waiting from arrival to start, then moving data."""
         if start > arrival:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, start,
-                               op.phase.value, op.microbatch, op.layer, 0.0, row))
+                               PHASE_NAME[op.phase], op.microbatch, op.layer, 0.0, row))
         if end > start or op.kind is OpKind.COLLECTIVE:
             self.spans.append((rank, op.stream, "comm", op.name, start, end,
-                               op.phase.value, op.microbatch, op.layer, op.bytes, row))
+                               PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, row))
 
     def _collective(self, rank: int, op_index: int, op: Op):
         arrival = self.env.now

@@ -45,7 +45,7 @@ class ExclusiveLinks(Gangs):
         self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
                          if (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
-        self._alone_blocks: dict[tuple, tuple[list[tuple], list[float], bool]] = {}
+        self._alone_blocks: dict[tuple, tuple] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
         self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
@@ -174,10 +174,9 @@ class ExclusiveLinks(Gangs):
         each group whole here at ``start``: each ends at its isolated time plus
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
-        block, durations, uniform = self._alone_block(rank, op)
+        block, durations, uniform, own, plan, longest = self._alone_block(rank, op)
         base = len(self.collectives)
         self.collectives.block(block, -1, start, durations=durations)
-        _, own, plan = self._gang_groups(rank, op.group)
         if plan is not None:  # the calls are a block: one entry for every mate
             self.mate_blocks.setdefault(rank, {})[base + own] = plan
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
@@ -186,13 +185,14 @@ class ExclusiveLinks(Gangs):
             self._check_lockstep(rank, op, [(members, start + d) for (_, members), d in
                                             zip(self._covered[(op.group, rank)], durations,
                                                 strict=True)])
-        self._finish(rank, op_index, start + max(durations))
+        self._finish(rank, op_index, start + longest)
 
-    def _alone_block(self, rank: int, op: Op) -> tuple[list[tuple], list[float], bool]:
+    def _alone_block(self, rank: int, op: Op) -> tuple:
         """The log rows (but their times) and durations of the calls of ``rank``'s
-        gang's whole groups for ``op``, and whether all durations are equal (then
-        the gang is in lockstep by construction). Cached per call kind: a large
-        gang holds a hundred groups, and a stage makes thousands of such calls."""
+        gang's whole groups for ``op``, whether all durations are equal (then the
+        gang is in lockstep by construction), the position of ``rank``'s own group,
+        its mates' block plan and the longest duration. Cached per call kind: a
+        large gang holds a hundred groups, and a stage makes thousands of calls."""
         key = (op.group, rank, op.name, id(op.collective), op.bytes)
         cached = self._alone_blocks.get(key)
         if cached is None:
@@ -201,8 +201,9 @@ class ExclusiveLinks(Gangs):
                 duration, kind, row = self._alone_call(op, index, members)
                 block.append((op.group, index, kind, op.name, *row))  # no seq, no times
                 durations.append(duration)
-            cached = self._alone_blocks[key] = (block, durations,
-                                                len(set(durations)) == 1)
+            _, own, plan = self._gang_groups(rank, op.group)
+            cached = self._alone_blocks[key] = (block, durations, len(set(durations)) == 1,
+                                                own, plan, max(durations))
         return cached
 
     def _alone_call(self, op: Op, index: int, members: tuple[int, ...]) -> tuple:

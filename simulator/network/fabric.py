@@ -21,6 +21,8 @@ from topologies.routing import Routing, RoutingError
 class Transport(Enum):
     """How a route's bytes move, as NCCL's latency tables distinguish them."""
 
+    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+
     NVLINK = "nvlink"
     PCI = "pci"
     NET = "net"
