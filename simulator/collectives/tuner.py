@@ -161,7 +161,6 @@ class Collectives:
         self.fabric, self.algorithm, self.protocol = fabric, algorithm, protocol
         self.lockstep = lockstep
         self._plans: dict[tuple, Plan | None] = {}
-        self._choices: dict[tuple, tuple[Plan, Protocol]] = {}
         self._lowered: dict[tuple, Lowered] = {}
         self._by_shape: dict[tuple, tuple[int, Lowered]] = {}  # call shape -> choice
 
@@ -174,7 +173,8 @@ class Collectives:
             options = self.candidates(kind, gpus)
             shape = (kind, size, *((signature(self.fabric, plan), p) for plan, p in options))
             chosen = self._by_shape.get(shape)
-            if chosen is None:  # price each option once per shape of call
+            if chosen is None:  # the fastest on the idle fabric, ties to the first listed;
+                # priced once per shape of call
                 times = [estimate(self.fabric, plan, size, p) for plan, p in options]
                 best = int(np.argmin(times))
                 plan, protocol = options[best]
@@ -211,15 +211,6 @@ class Collectives:
         if not options:
             raise CollectiveError(self._why_none(kind, gpus))
         return options
-
-    def choose(self, kind: Collective, gpus: Sequence[str], size: float) -> tuple[Plan, Protocol]:
-        """The fastest (plan, protocol) on the idle fabric; ties go to the first listed."""
-        key = (kind, tuple(gpus), size)
-        if key not in self._choices:
-            options = self.candidates(kind, gpus)
-            times = [estimate(self.fabric, plan, size, p) for plan, p in options]
-            self._choices[key] = options[int(np.argmin(times))]
-        return self._choices[key]
 
     def _why_none(self, kind: Collective, gpus: Sequence[str]) -> str:
         forced = ", ".join(f"network.{name} {value.value}" for name, value in
