@@ -299,21 +299,25 @@ def is_(spans: pd.DataFrame, column: str, value: str) -> np.ndarray:
 def labels(column: pd.Series) -> np.ndarray:
     """A text column (categorical, Arrow or object) as an object array of Python
     strings, built from its distinct values (a million spans hold a handful)."""
+    codes, names = _codes(column)
+    return names[codes]
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A text column's codes and its distinct values as Python strings."""
     codes, names = pd.factorize(column, sort=False)
-    return np.array([str(x) for x in names], dtype=object)[codes]
+    return codes, np.array([str(x) for x in names], dtype=object)
 
 
 def _rank_streams(spans: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """The distinct (rank, stream) pairs sorted by rank then stream name, and the
     row of each span among them."""
-    codes, names = pd.factorize(spans["stream"], sort=False)
-    labels = np.array([str(x) for x in names], dtype=object)
-    order = np.argsort(labels, kind="stable")
-    position = np.empty(len(labels), dtype=np.int64)
-    position[order] = np.arange(len(labels))
-    width = max(1, len(labels))
+    codes, names = _codes(spans["stream"])
+    order = np.argsort(names, kind="stable")
+    position = np.empty(len(names), dtype=np.int64)
+    position[order] = np.arange(len(names))
+    width = max(1, len(names))
     key = spans["rank"].to_numpy(np.int64) * width + position[codes]
     unique, row = np.unique(key, return_inverse=True)
-    keys = pd.DataFrame({"rank": unique // width, "stream": labels[order][unique % width]})
+    keys = pd.DataFrame({"rank": unique // width, "stream": names[order][unique % width]})
     return keys, row.reshape(-1)
-

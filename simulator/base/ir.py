@@ -28,29 +28,32 @@ COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM)  # Gantt la
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 
 
-class OpKind(Enum):
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
+class Symbol(Enum):
+    """An enum whose members hash by identity, in C. Members are singletons, so
+    identity is equality; Enum's own ``__hash__`` is a Python call, and the
+    engine's dicts keyed by op kinds, phases and collectives pay it millions of
+    times in a deep pipeline."""
 
+    __hash__ = object.__hash__
+
+
+class OpKind(Symbol):
     COMPUTE = "compute"
     COLLECTIVE = "collective"
     SEND = "send"  # eager: the transfer starts when the sender reaches it
     RECV = "recv"  # completes when the matching send's transfer has arrived
 
 
-class KernelClass(Enum):
+class KernelClass(Symbol):
     """Decides which efficiency curve of the compute model applies."""
-
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
 
     GEMM = "gemm"
     ATTENTION = "attention"
     ELEMENTWISE = "elementwise"
 
 
-class Collective(Enum):
+class Collective(Symbol):
     """Operations, named as nccl-tests names them (``all_reduce_perf`` ...)."""
-
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
 
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
@@ -62,9 +65,7 @@ class Collective(Enum):
     RING_EXCHANGE = "ring_exchange"  # every member sends to its ring successor (ring attention)
 
 
-class Phase(Enum):
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
-
+class Phase(Symbol):
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"

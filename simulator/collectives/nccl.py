@@ -28,23 +28,18 @@ overhead also loads the links other transfers share.
 
 from __future__ import annotations
 
-from enum import Enum
-
+from simulator.base.ir import Symbol
 from simulator.network.fabric import Transport
 
 
-class Algorithm(Enum):
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
-
+class Algorithm(Symbol):
     RING = "ring"
     TREE = "tree"
     NVLS = "nvls"
     DIRECT = "direct"  # all-to-all and point-to-point: every pair talks directly
 
 
-class Protocol(Enum):
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
-
+class Protocol(Symbol):
     LL = "ll"
     LL128 = "ll128"
     SIMPLE = "simple"

@@ -62,7 +62,7 @@ class ComputeModel:
             if op.kind is not OpKind.COMPUTE:
                 out.append(0.0)
                 continue
-            key = (op.name, id(op.kernel), op.flops, op.bytes, op.shape)  # no Enum hashing
+            key = (op.name, op.kernel, op.flops, op.bytes, op.shape)
             seconds = memo.get(key)
             if seconds is None:
                 seconds = memo[key] = self.duration(op)

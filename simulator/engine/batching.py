@@ -46,14 +46,11 @@ class BatchedCompute(Engine):
         while pos < count:
             i = indices[pos]
             op = ops[i]
-            for d in op.deps:  # a plain loop: a generator per op costs more than the op
-                end = done[d]
-                if end is None or end > t:
-                    start = self._ready_at(rank, op, t)
-                    if start is None:
-                        return pos, t
-                    t = start
-                    break
+            if op.deps:
+                start = self._ready_at(rank, op, t)
+                if start is None:
+                    return pos, t
+                t = start
             end = t + durations[i]
             spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
                           op.microbatch, op.layer, op.bytes, -1))
@@ -68,11 +65,14 @@ class BatchedCompute(Engine):
         """When ``op`` can start if its stream is free at ``t``: None if a
         dependency's end is not known yet and no plug-in can settle it now."""
         done, start = self.done[rank], t
-        for d in op.deps:
-            end = done[d] if done[d] is not None else self._settle(rank, d)
+        for d in op.deps:  # a plain loop, no max(): a hot path
+            end = done[d]
             if end is None:
-                return None
-            start = max(start, end)
+                end = self._settle(rank, d)
+                if end is None:
+                    return None
+            if end > start:
+                start = end
         return start
 
     def _settle(self, rank: int, op_index: int) -> float | None:

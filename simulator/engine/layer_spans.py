@@ -70,24 +70,17 @@ class LayerSpans(BatchedCompute):
 
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float]) -> tuple[int, float]:
-        ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
+        ops, t = self.program.ops[rank], self.env.now
         phases, segs, cum = self._phases[id(ops)], self._segments[id(ops)], self._cum[rank]
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            blocked = False
-            for d in op.deps:  # a plain loop: cheaper than a generator per segment
-                end = done[d]
-                if end is None or end > t:
-                    start = self._ready_at(rank, op, t)
-                    if start is None:
-                        blocked = True
-                    else:
-                        t = start
+            if op.deps:
+                start = self._ready_at(rank, op, t)
+                if start is None:
                     break
-            if blocked:
-                break
+                t = start
             stop, marks, nbytes = segs[pos]
             for q, k in marks:
                 self._finish(rank, k, t + cum[q + 1] - cum[pos])

@@ -10,18 +10,16 @@ into link ids here and cached per pair; each route also has a transport class
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import networkx as nx
 import numpy as np
 
+from simulator.base.ir import Symbol
 from topologies.routing import Routing, RoutingError
 
 
-class Transport(Enum):
+class Transport(Symbol):
     """How a route's bytes move, as NCCL's latency tables distinguish them."""
-
-    __hash__ = object.__hash__  # members are singletons: hash by identity, in C
 
     NVLINK = "nvlink"
     PCI = "pci"
