@@ -15,15 +15,20 @@ from simulator.engine.assemble import PLUGINS, engine_class
 from simulator.engine.core import Engine
 from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import tensor_parallel_gangs
-from simulator.engine.records import SPAN_COLUMNS
-from simulator.experiments.runner import compute_model
+from simulator.engine.records import COLLECTIVE_COLUMNS
+from simulator.experiments.runner import compute_model, span_table
 from simulator.network.fabric import Fabric
 from tests.test_parallelism import tiny
 from workloads.program import build_program
 
 COMBINATIONS = [("batching",), ("folding",), ("batching", "folding"), ("gangs",),
                 ("batching", "gangs"), ("gangs", "exclusive_links"),
-                ("batching", "gangs", "exclusive_links")]
+                ("batching", "gangs", "exclusive_links"),
+                ("batching", "gangs", "exclusive_links", "passes")]
+PIPELINES = [dict(tp=8, pp=2), dict(tp=8, pp=2, schedule="interleaved", virtual_stages=2,
+                                    sequence_parallel=True),
+             dict(tp=8, pp=2, training__recompute="full", training__micro_batch=2),
+             dict(tp=8, pp=2, dp=2, zero=1, cluster__nodes=4)]
 
 
 def _setup(parallelism: dict):
@@ -36,10 +41,7 @@ def _setup(parallelism: dict):
 
 
 def _spans(result, nodes) -> pd.DataFrame:
-    spans = pd.DataFrame(result.spans, columns=list(SPAN_COLUMNS))
-    spans.insert(1, "node", nodes[spans["rank"].to_numpy()] if len(spans) else [])
-    spans = spans.sort_values(["rank", "start", "end", "stream"], kind="stable",
-                              ignore_index=True)
+    spans = span_table(result, list(nodes))  # the engine's tuples and replayed steps
     return spans if result.expand is None else result.expand(spans, nodes=nodes)
 
 
@@ -67,15 +69,72 @@ def test_a_plugin_gives_the_reference_timeline(names, parallelism):
     assert fast.events <= reference.events
 
 
+def _same_memory(mine: list, theirs: list) -> None:
+    mine, theirs = sorted(mine), sorted(theirs)  # times from offsets: last bits differ
+    assert [e[1:] for e in mine] == [e[1:] for e in theirs]
+    assert [e[0] for e in mine] == pytest.approx([e[0] for e in theirs], rel=1e-9)
+
+
+@pytest.mark.parametrize("parallelism", PIPELINES, ids=str)
+def test_replayed_steps_give_the_reference_timeline(parallelism):
+    """Pipelines whose tensor-parallel calls are exclusive: most steps are replayed
+    from their kind's template, and every span, log row and memory event equals
+    the reference engine's (every call on the same row its span names)."""
+    program, placement, fabric, durations = _setup(parallelism)
+    options = {"represents": tensor_parallel_gangs(program),
+               "exclusive": exclusive_dimensions(program, fabric, placement)}
+    assert options["exclusive"] == {"tp"}
+    nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
+    reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
+    fast = engine_class("batching", "gangs", "exclusive_links", "passes")(
+        program, placement, durations, fabric, Collectives(fabric), **options).run()
+    assert len(fast.span_runs.records) > len(program.steps[0]) / 2
+    log_a = reference.collectives.frame(COLLECTIVE_COLUMNS)
+    log_b = fast.collectives.frame(COLLECTIVE_COLUMNS)
+    a, b = _spans(reference, nodes), _spans(fast, nodes)
+    assert len(a) == len(b)
+    for column in ("rank", "stream", "kind", "name", "phase", "microbatch", "layer", "bytes"):
+        assert (a[column].astype(object) == b[column].astype(object)).all(), column
+    for column in ("start", "end"):
+        assert b[column].to_numpy() == pytest.approx(a[column].to_numpy(), rel=1e-9)
+    named_a, named_b = a["call"] >= 0, b["call"] >= 0
+    assert (named_a == named_b).all()
+    rows = ["group", "group_index", "collective", "bytes", "start"]
+    assert (log_a.loc[a["call"][named_a], rows].to_numpy()[:, :4] ==
+            log_b.loc[b["call"][named_b], rows].to_numpy()[:, :4]).all()
+    assert log_b.loc[b["call"][named_b], "start"].to_numpy() == pytest.approx(
+        log_a.loc[a["call"][named_a], "start"].to_numpy(), rel=1e-9)
+    for mine, theirs in zip(fast.memory_events, reference.memory_events, strict=True):
+        if mine:
+            _same_memory(mine, theirs)
+
+
+@pytest.mark.parametrize("parallelism", PIPELINES, ids=str)
+def test_steps_of_one_key_hold_the_same_ops(parallelism):
+    """``Program.steps``' contract, which the replay relies on: two steps with one
+    key have the same ops but for their micro-batch and their dependencies on ops
+    before the step."""
+    program = _setup(parallelism)[0]
+    for ops, steps in {id(o): (o, s) for o, s in zip(program.ops, program.steps,
+                                                      strict=True)}.values():
+        first_of: dict = {}
+        for first, end, key in steps:
+            like = first_of.setdefault(key, (first, end))
+            assert end - first == like[1] - like[0]
+            for i, j in zip(range(first, end), range(*like), strict=True):
+                a, b = ops[i], ops[j]
+                assert a._replace(microbatch=0, deps=()) == b._replace(microbatch=0, deps=())
+                assert [d - first for d in a.deps if d >= first] == [
+                    d - like[0] for d in b.deps if d >= like[0]]
+
+
 def test_layer_spans_keep_every_memory_event_and_the_end():
     program, placement, fabric, durations = _setup(dict(tp=2, pp=2, dp=4))
     reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
     layer = engine_class("layer_spans")(program, placement, durations, fabric,
                                         Collectives(fabric)).run()
     for mine, theirs in zip(layer.memory_events, reference.memory_events, strict=True):
-        mine, theirs = sorted(mine), sorted(theirs)  # times from prefix sums: last bits differ
-        assert [e[1:] for e in mine] == [e[1:] for e in theirs]
-        assert [e[0] for e in mine] == pytest.approx([e[0] for e in theirs], rel=1e-9)
+        _same_memory(mine, theirs)
     assert max(s[5] for s in layer.spans) == pytest.approx(max(s[5] for s in reference.spans),
                                                            rel=1e-12)
     assert len(layer.spans) < len(reference.spans) / 2

@@ -242,9 +242,18 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     b = Stage(ctx, stage)
     p, v = ctx.parallel.pp, ctx.parallel.virtual_stages
     for step in steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage):
+        first = len(b.ops)
         _step(b, step)
+        b.steps.append((first, len(b.ops), _step_key(ctx, step)))
     _finish_stage(b)
     return b
+
+
+def _step_key(ctx: Context, step: Step) -> tuple[bool, int, bool]:
+    """What a step's ops depend on besides its micro-batch (``Program.steps``):
+    direction, chunk, and whether it is the micro-batch that records gradients."""
+    return (step.forward, step.chunk, not step.forward and
+            step.microbatch == ctx.micro_batches - 1)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
@@ -274,6 +283,7 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]
     stage_ops = [tuple(b.ops) for b in stages]
+    stage_steps = [tuple(b.steps) for b in stages]
     zero = parallel.zero_stage
     communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
                                         parallel.pp) if size > 1)
@@ -288,6 +298,7 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
         model_flops=K.model_flops(model, training.global_batch, training.seq_len),
         tokens=training.global_batch * training.seq_len,
         stage=tuple(stage_of),
+        steps=tuple(stage_steps[s] for s in stage_of),
         notes={"micro_batches": ctx.micro_batches,
                "parameters": K.parameter_count(model, training.seq_len),
                "buckets": sum(1 for op in stage_ops[0] if op.name.startswith(

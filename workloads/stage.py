@@ -66,6 +66,7 @@ class Stage:
     grads: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # chunk -> grads
     last_backward: dict[int, int] = field(default_factory=dict)  # chunk -> op index
     reduces: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
 
     def _add(self, op: Op) -> int:
         self.ops.append(op)

@@ -15,7 +15,7 @@ This module has no SimPy in it, so ``workloads`` may import it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -103,6 +103,11 @@ class Program:
     ``groups[dim]`` lists the rank groups of parallel dimension ``dim``.
     ``static_memory[r]`` maps a category (parameters, gradients, ...) to bytes
     held for the whole iteration; ``stage[r]`` is rank r's pipeline stage.
+    ``steps[r]`` (optional) lists the pipeline steps of rank r's program as
+    ``(first op, end op, key)``: the ops in ``range(first, end)`` are one forward
+    or backward of one micro-batch through one model chunk, and two steps of one
+    program with equal keys hold the same ops but for their micro-batch and their
+    dependencies on ops before the step (a template the engine may replay).
     """
 
     ops: tuple[tuple[Op, ...], ...]
@@ -112,6 +117,7 @@ class Program:
     tokens: int  # tokens of one iteration (global batch x sequence length)
     stage: tuple[int, ...] = ()
     notes: Mapping[str, object] = field(default_factory=dict)
+    steps: tuple[tuple[tuple[int, int, Hashable], ...], ...] = ()
 
     @property
     def ranks(self) -> int:

@@ -18,9 +18,11 @@ from simulator.engine.exclusive import ExclusiveLinks
 from simulator.engine.folding import Folding
 from simulator.engine.gangs import Gangs
 from simulator.engine.layer_spans import LayerSpans
+from simulator.engine.passes import Passes
 
 PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     # outermost first: a plug-in listed earlier overrides the hooks of later ones
+    "passes": Passes,  # needs exclusive_links and Program.steps: replays pipeline steps
     "exclusive_links": ExclusiveLinks,  # needs gangs: settles calls a gang fills alone
     "gangs": Gangs,
     "folding": Folding,

@@ -188,9 +188,13 @@ class Engine:
         if mem:
             self.memory_events[rank].extend((end, delta, category) for delta, category in mem)
         if (rank, op_index) in self._waiters:
-            delay = max(0.0, end - self.env.now)
-            for event in self._waiters.pop((rank, op_index)):
-                succeed_at(self.env, event, delay)
+            self._wake(rank, op_index, end)
+
+    def _wake(self, rank: int, op_index: int, end: float) -> None:
+        """Wake the processes waiting for an op at its end (now or later)."""
+        delay = max(0.0, end - self.env.now)
+        for event in self._waiters.pop((rank, op_index)):
+            succeed_at(self.env, event, delay)
 
     def _all(self, events: list[simpy.Event]) -> simpy.Event:
         """One event for several: the event itself, or a condition on all of them."""

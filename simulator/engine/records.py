@@ -73,3 +73,5 @@ class EngineResult:
     expand: Callable | None = None
     # why a plug-in's result may differ from the reference's (None: it is the same)
     inexact: str | None = None
+    # spans kept as records of replayed steps (engine.passes.SpanRuns), besides ``spans``
+    span_runs: object | None = None

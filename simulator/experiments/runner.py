@@ -24,6 +24,7 @@ from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
 from simulator.engine.call_log import CallLog
 from simulator.engine.folded import Folded
+from simulator.engine.passes import expand
 from simulator.engine.records import (
     COLLECTIVE_COLUMNS,
     SPAN_COLUMNS,
@@ -139,12 +140,18 @@ EXPAND_SPANS = 1_000_000  # a folded run's spans are copied to every rank up to 
 SPAN_CHUNK = 200_000  # span tuples turned into columns at a time
 
 
-def _spans(result, nodes: list[int]) -> pd.DataFrame:
-    """The engine's span tuples as a table: columns filled from the end of its list a
-    chunk at a time, each chunk's tuples freed once copied (the tuples take three
-    times the table's memory); text columns as categories."""
+def span_table(result, nodes: list[int]) -> pd.DataFrame:
+    """The engine's span tuples (and its replayed steps' spans) as a table: columns
+    filled from the end of its list a chunk at a time, each chunk's tuples freed
+    once copied (the tuples take three times the table's memory); text columns as
+    categories."""
     tuples = result.spans
-    columns = [np.empty(len(tuples), dtype) for dtype in SPAN_DTYPES]
+    replayed = expand(result.span_runs) if result.span_runs else {}  # engine.passes
+    count = len(tuples)
+    columns = [np.empty(count + len(replayed.get("start", ())), dtype) for dtype in SPAN_DTYPES]
+    for column, name in zip(columns, SPAN_COLUMNS, strict=True):
+        if replayed:
+            column[count:] = replayed[name]
     while tuples:
         part = tuples[-SPAN_CHUNK:]
         at = len(tuples) - len(part)
@@ -222,7 +229,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
             method = symmetry.refine(scenario, method, diverged, batch_compute,
                                      program.groups)
     nodes = [fabric.node_of(g) for g in placement]
-    spans = _spans(result, nodes)
+    spans = span_table(result, nodes)
     gpu = scenario.gpu
     ranks = result.ranks
     path = critical_path(spans)

@@ -181,8 +181,9 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
     exclusive = exclusive_dimensions(program, fabric, placement)
     if exclusive:
         options["exclusive"] = exclusive
-    return Method((*base, "gangs", *(("exclusive_links",) if exclusive else ())), options,
-                  automatic)
+    replay = ("passes",) if exclusive and program.steps and base == ("batching",) else ()
+    return Method((*base, "gangs", *(("exclusive_links",) if exclusive else ()), *replay),
+                  options, automatic)
 
 
 def describe(method: Method, simulated: int, ranks: int, inexact: str | None

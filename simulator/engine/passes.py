@@ -1,0 +1,270 @@
+"""Plug-in: a pipeline step's kernels and tensor-parallel calls replayed from a template.
+
+A deep pipeline's program is thousands of steps (one forward or backward of
+one micro-batch through one chunk), and the steps of one kind are the same ops
+(``Program.steps``: equal keys). Once a step's first kernel can start, every
+kernel after it and every call on links no other traffic uses (``exclusive``)
+runs at a fixed offset from that start, the offsets its first instance had:
+compute durations do not depend on the network, and an exclusive call's
+duration is fixed. So the second and later instances of a kind cost one
+replay: each op's end is the start plus its offset, the calls are logged, and
+the step's spans are one record (``SpanRuns``) that the run's table expands
+with array operations, instead of a tuple per kernel.
+
+A step is replayed only when that is exactly what the planner would do: its
+ops before the first kernel have run, the exclusive stream is at the step's
+first call, and every dependency on an op outside the step has ended by the
+time the template has the dependent op start (else it is planned op by op as
+before). Ops that others wait for or that move memory end through
+``Engine._finish``, so waiters wake and memory events are recorded as before.
+
+Contract: ``tests/test_engine_plugins.py::test_replayed_steps_give_the_reference_timeline``
+(spans, log and memory equal the reference engine's to 1e-9 on pipelines with
+and without interleaving, recomputation, sequence parallelism and data
+parallelism) and the symmetry tests.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.base.ir import COMPUTE_STREAM, PHASE_NAME, OpKind
+from simulator.engine.exclusive import ExclusiveLinks
+
+
+@dataclass(frozen=True)
+class Template:
+    """One step kind's covered ops, in program order, as the planner runs them."""
+
+    index: int  # in SpanRuns.templates
+    size: int  # ops in the step (an instance of another size is not this kind)
+    kernels: int  # compute-stream positions it covers
+    calls: int  # exclusive calls it covers, consecutive on ``stream``
+    stream: str  # the exclusive calls' stream ("" when none)
+    first_call: int  # op offset (from the step's first op) of its first call, -1 if none
+    # per covered op: (op offset, is a call, duration, span duration, slots of the
+    # covered ops it depends on, whether it depends on ops outside them)
+    ops: tuple[tuple[int, bool, float, float, tuple[int, ...], bool], ...]
+    memory: tuple[tuple[int, float, str], ...]  # (slot, bytes, category) at an op's end
+    logged: tuple[tuple[int, list, list, int, int | None], ...]  # per call: slot, log block
+
+
+@dataclass
+class SpanRuns:
+    """Spans of replayed steps: a (rank, template, micro-batch, first log row) record
+    per step, every span's start and end in record order, and each template's
+    other span columns (``call``: offset from the first row, -1 for kernels)."""
+
+    templates: list[dict[str, list]]
+    records: list[tuple[int, int, int, int]]
+    starts: list[float]
+    ends: list[float]
+
+
+class Passes(ExclusiveLinks):
+    """Replays the steps of a kind from their template."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._step_at: dict[int, dict[int, tuple[int, int, object]]] = {}  # op tuple: pos ->
+        self._templates: dict[tuple, Template | None] = {}  # (rank, key, first kernel)
+        self.span_runs = SpanRuns([], [], [], [])
+
+    def run(self):
+        result = super().run()
+        result.span_runs = self.span_runs
+        return result
+
+    def _prepare_rank(self, rank: int, durations: list[float]) -> None:
+        super()._prepare_rank(rank, durations)
+        ops = self.program.ops[rank]
+        if id(ops) in self._step_at or not self.program.steps:
+            return
+        compute = self._streams[rank].get(COMPUTE_STREAM, [])
+        at: dict[int, tuple[int, int, object]] = {}
+        for first, end, key in self.program.steps[rank]:
+            pos = bisect_left(compute, first)
+            if pos < len(compute) and compute[pos] < end:
+                at[pos] = (first, end, key)
+        self._step_at[id(ops)] = at
+
+    def _compute(self, rank: int, indices: list[int], pos: int,
+                 durations: list[float]) -> tuple[int, float]:
+        step = self._step_at.get(id(self.program.ops[rank]), {}).get(pos)
+        if step is not None:
+            first, end, _ = step
+            template = self._template(rank, step, indices, pos, durations)
+            if template is not None and template.size == end - first:
+                planned = self._replay(rank, template, first)
+                if planned is not None:
+                    return self._commit(rank, template, first, pos, *planned)
+        return super()._compute(rank, indices, pos, durations)
+
+    def _replay(self, rank: int, template: Template, first: int
+              ) -> tuple[list[float], list[float], list[float]] | None:
+        """Each covered op's start, span end and end, with the planner's arithmetic
+        (the same floating-point operations in the same order); None when an op
+        outside the step that one of them needs has not been planned yet, or the
+        exclusive stream is not at the step's first call."""
+        t, done, ops = self.env.now, self.done[rank], self.program.ops[rank]
+        compute_free = calls_free = t
+        if template.calls:
+            stream, position, previous = self._inlinable[id(ops)][first + template.first_call]
+            if self._cursor[(rank, stream)] != position:
+                return None
+            if previous is not None:
+                if done[previous] is None:
+                    return None
+                if done[previous] > calls_free:
+                    calls_free = done[previous]
+        starts, shown, ends = [], [], []
+        for offset, call, duration, span, inner, outer in template.ops:
+            start = calls_free if call else compute_free
+            for slot in inner:
+                if ends[slot] > start:
+                    start = ends[slot]
+            if outer:
+                for d in ops[first + offset].deps:
+                    end = done[d]
+                    if end is None:
+                        return None
+                    if end > start:
+                        start = end
+            end = start + duration
+            starts.append(start)
+            ends.append(end)
+            if call:
+                shown.append(start + span)
+                calls_free = end
+            else:
+                shown.append(end)
+                compute_free = end
+        return starts, shown, ends
+
+    def _commit(self, rank: int, template: Template, first: int, pos: int,
+                starts: list[float], shown: list[float], ends: list[float]
+                ) -> tuple[int, float]:
+        done, log, waiters = self.done[rank], self.collectives, self._waiters
+        row = len(log)
+        for slot, block, durations, own, plan in template.logged:
+            if plan is not None:
+                self.mate_blocks.setdefault(rank, {})[len(log) + own] = plan
+            log.block(block, -1, starts[slot], durations=durations)
+        for (offset, *_), end in zip(template.ops, ends):  # noqa: B905 - equal by making
+            done[first + offset] = end
+            if (rank, first + offset) in waiters:  # a process waiting already (a later
+                self._wake(rank, first + offset, end)  # one sees the end set)
+        if template.memory:
+            self.memory_events[rank].extend((ends[slot], delta, category)
+                                            for slot, delta, category in template.memory)
+        if template.calls:
+            self._cursor[(rank, template.stream)] += template.calls
+        runs = self.span_runs
+        runs.records.append((rank, template.index, self.program.ops[rank][
+            first + template.ops[0][0]].microbatch, row))
+        runs.starts.extend(starts)
+        runs.ends.extend(shown)
+        compute = [end for (_, call, *_), end in zip(template.ops, ends) if not call]  # noqa: B905
+        return pos + template.kernels, compute[-1]
+
+    def _template(self, rank: int, step: tuple, indices: list[int], pos: int,
+                  durations: list[float]) -> Template | None:
+        first, end, key = step
+        cache = (rank, key, indices[pos] - first)
+        if cache not in self._templates:
+            self._templates[cache] = self._make(rank, first, end, indices[pos], durations)
+        return self._templates[cache]
+
+    def _make(self, rank: int, first: int, end: int, kernel: int,
+              durations: list[float]) -> Template | None:
+        """The template of the step ``[first, end)`` whose first kernel is ``kernel``,
+        or None when its ops cannot be replayed (a non-kernel op on the compute
+        stream, a call that is not exclusive here, ranks of a gang out of step)."""
+        ops = self.program.ops[rank]
+        inlinable = self._inlinable[id(ops)]
+        covered = []
+        for i in range(kernel, end):
+            op = ops[i]
+            if op.stream == COMPUTE_STREAM:
+                if op.kind is not OpKind.COMPUTE:
+                    return None
+                covered.append(i)
+            elif inlinable[i] is not None:
+                if (op.group, rank) not in self._covered:
+                    return None
+                covered.append(i)
+        calls = [i for i in covered if ops[i].kind is OpKind.COLLECTIVE]
+        if {ops[i].microbatch for i in covered} != {ops[kernel].microbatch} or len(
+                {inlinable[i][0] for i in calls}) > 1:
+            return None
+        return self._build(rank, (first, end), covered, calls, durations)
+
+    def _build(self, rank: int, step: tuple[int, int], covered: list[int],
+               calls: list[int], durations: list[float]) -> Template | None:
+        """The covered ops as instructions, their log blocks and span columns."""
+        first, end = step
+        ops = self.program.ops[rank]
+        slot = {i: n for n, i in enumerate(covered)}
+        program, logged = [], []
+        columns: dict[str, list] = {name: [] for name in SPAN_FIELDS}
+        for n, i in enumerate(covered):
+            op = ops[i]
+            inner = tuple(slot[d] for d in op.deps if d in slot)
+            outer = n == 0 or len(inner) < len(op.deps)
+            if op.kind is OpKind.COMPUTE:
+                program.append((i - first, False, durations[i], 0.0, inner, outer))
+                _span(columns, op, "compute", -1)
+                continue
+            block, times, uniform, own, plan, longest = self._alone_block(rank, op)
+            if not uniform:
+                return None
+            program.append((i - first, True, longest, times[own], inner, outer))
+            _span(columns, op, "comm", len(block) * len(logged) + own)
+            logged.append((n, block, times, own, plan))
+        if not any(not call for _, call, *_ in program):
+            return None
+        self.span_runs.templates.append(columns)
+        return Template(
+            len(self.span_runs.templates) - 1, end - first,
+            sum(1 for i in covered if ops[i].stream == COMPUTE_STREAM), len(calls),
+            self._inlinable[id(ops)][calls[0]][0] if calls else "",
+            calls[0] - first if calls else -1, tuple(program),
+            tuple((slot[i], delta, category) for i in covered
+                  for delta, category in ops[i].mem), tuple(logged))
+
+
+SPAN_FIELDS = ("stream", "kind", "name", "phase", "layer", "bytes", "call")
+TEXT = ("stream", "kind", "name", "phase")
+
+
+def _span(columns: dict[str, list], op, kind: str, call: int) -> None:
+    for name, value in zip(SPAN_FIELDS, (op.stream, kind, op.name, PHASE_NAME[op.phase],
+                                         op.layer, op.bytes, call), strict=True):
+        columns[name].append(value)
+
+
+def expand(runs: SpanRuns) -> dict[str, np.ndarray]:
+    """The records' spans as columns (``SPAN_COLUMNS``), in record order."""
+    if not runs.records:
+        return {}
+    sizes = np.array([len(t["call"]) for t in runs.templates], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    ranks, which, micro, rows = (np.array(c, dtype=np.int64)
+                                 for c in zip(*runs.records, strict=True))
+    counts = sizes[which]
+    record = np.repeat(np.arange(len(which)), counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    at = offsets[which][record] + within
+    flat = {name: np.concatenate([np.asarray(t[name], dtype=object if name in TEXT else None)
+                                  for t in runs.templates]) for name in SPAN_FIELDS}
+    call = flat["call"][at]
+    return {
+        "rank": ranks[record], "stream": flat["stream"][at], "kind": flat["kind"][at],
+        "name": flat["name"][at], "start": np.array(runs.starts, dtype=float),
+        "end": np.array(runs.ends, dtype=float), "phase": flat["phase"][at],
+        "microbatch": micro[record], "layer": flat["layer"][at], "bytes": flat["bytes"][at],
+        "call": np.where(call >= 0, rows[record] + call, -1),
+    }
