@@ -92,7 +92,7 @@ class Engine:
                     streams.setdefault(op.stream, []).append(i)
                 layouts[id(ops)] = streams
             self._streams[rank] = layouts[id(ops)]
-            durations = [float(x) for x in self._durations(rank)]
+            durations = np.asarray(self._durations(rank), dtype=float).tolist()
             self._prepare_rank(rank, durations)
             for stream, indices in self._streams[rank].items():
                 self._cursor[(rank, stream)] = 0

@@ -48,6 +48,8 @@ class Template:
     # per covered op: (op offset, is a call, duration, span duration, slots of the
     # covered ops it depends on, whether it depends on ops outside them)
     ops: tuple[tuple[int, bool, float, float, tuple[int, ...], bool], ...]
+    offsets: tuple[int, ...]  # each covered op's offset from the step's first op
+    last_kernel: int  # slot of the last kernel: the compute stream is free at its end
     memory: tuple[tuple[int, float, str], ...]  # (slot, bytes, category) at an op's end
     logged: tuple[tuple[int, list, list, int, int | None], ...]  # per call: slot, log block
 
@@ -153,10 +155,11 @@ class Passes(ExclusiveLinks):
             if plan is not None:
                 self.mate_blocks.setdefault(rank, {})[len(log) + own] = plan
             log.block(block, -1, starts[slot], durations=durations)
-        for (offset, *_), end in zip(template.ops, ends):  # noqa: B905 - equal by making
-            done[first + offset] = end
-            if (rank, first + offset) in waiters:  # a process waiting already (a later
-                self._wake(rank, first + offset, end)  # one sees the end set)
+        for offset, end in zip(template.offsets, ends):  # noqa: B905 - equal by making
+            i = first + offset
+            done[i] = end
+            if (rank, i) in waiters:  # a process waiting already (a later one sees the end)
+                self._wake(rank, i, end)
         if template.memory:
             self.memory_events[rank].extend((ends[slot], delta, category)
                                             for slot, delta, category in template.memory)
@@ -167,8 +170,7 @@ class Passes(ExclusiveLinks):
             first + template.ops[0][0]].microbatch, row))
         runs.starts.extend(starts)
         runs.ends.extend(shown)
-        compute = [end for (_, call, *_), end in zip(template.ops, ends) if not call]  # noqa: B905
-        return pos + template.kernels, compute[-1]
+        return pos + template.kernels, ends[template.last_kernel]
 
     def _template(self, rank: int, step: tuple, indices: list[int], pos: int,
                   durations: list[float]) -> Template | None:
@@ -231,7 +233,8 @@ class Passes(ExclusiveLinks):
             len(self.span_runs.templates) - 1, end - first,
             sum(1 for i in covered if ops[i].stream == COMPUTE_STREAM), len(calls),
             self._inlinable[id(ops)][calls[0]][0] if calls else "",
-            calls[0] - first if calls else -1, tuple(program),
+            calls[0] - first if calls else -1, tuple(program), tuple(i - first for i in covered),
+            max(n for n, (_, call, *_) in enumerate(program) if not call),
             tuple((slot[i], delta, category) for i in covered
                   for delta, category in ops[i].mem), tuple(logged))
 
