@@ -34,6 +34,7 @@ from simulator.base.ir import PP_STREAM
 
 CATEGORIES = ("compute", "communication", "waiting", "bubble", "idle")
 PATH_COLUMNS = ("rank", "stream", "kind", "name", "start", "end", "category", "span")
+GENERAL = -2  # a span whose predecessor the walk works out (_previous)
 
 
 class _Index:
@@ -52,6 +53,29 @@ class _Index:
         self.call_sorted = self.call[self.by_call]
         self.eps = 1e-9 * max(1e-12, float(self.end.max()) if len(self.end) else 0.0)
         self.per_rank: dict[int, tuple[int, np.ndarray]] = {}
+        self.simple = self._simple_previous()
+
+    def _simple_previous(self) -> np.ndarray:
+        """Per span, its predecessor on the path where the rule needs no choice,
+        found for all spans at once: the one span of its rank that ends when it
+        starts (a compute or communication span), or, where none does, the span
+        that ended last before (-1: none). ``GENERAL`` where the walk must decide
+        (several spans, or a wait, end then)."""
+        out = np.full(len(self.start), GENERAL, dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(self.rank_sorted)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(self.rank_sorted)],
+                          strict=True):
+            ends, mine = self.end_sorted[lo:hi], self.by_end[lo:hi]
+            t = self.start[mine]
+            a = ends.searchsorted(t - self.eps, "left")
+            b = ends.searchsorted(t + self.eps, "right")
+            none = b == a
+            out[mine[none]] = np.where(a[none] > 0, mine[np.maximum(a[none] - 1, 0)], -1)
+            one = np.flatnonzero(b == a + 1)
+            found = mine[a[one]]
+            clear = (self.start[found] < t[one] - self.eps) & (self.kind[found] != "wait")
+            out[mine[one[clear]]] = found[clear]
+        return out
 
     def _ends(self, rank: int) -> tuple[int, np.ndarray]:
         """Where ``rank``'s spans start in the (rank, end) order, and their ends."""
@@ -148,7 +172,9 @@ def critical_path(spans: pd.DataFrame) -> pd.DataFrame:
                      "", start, min(end, cursor),
                      category(index.kind[current], index.stream[current]), current))
         cursor = start
-        current = _previous(index, current)
+        simple = int(index.simple[current])
+        current = _previous(index, current) if simple == GENERAL else (
+            simple if simple >= 0 else None)
     if cursor > index.eps:
         rank = rows[-1][0] if rows else 0
         rows.append((rank, "", "idle", "", 0.0, cursor, "idle", -1))

@@ -33,6 +33,7 @@ from matplotlib.path import Path as Outline
 
 from simulator.analysis.timeline import rank_table
 from simulator.base.ir import COMMUNICATION_STREAMS, PP_STREAM
+from simulator.outputs.selection import spread
 from simulator.outputs.style import save, time_unit
 
 MAX_ROWS = 48
@@ -128,21 +129,6 @@ class Row:
 
 def _shorten(text: str, limit: int = 22) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def spread(items: list, count: int) -> list:
-    """At most ``count`` of ``items``, evenly spread, first and last kept (the rows a
-    figure or a trace shows of many).
-
-    >>> spread(list(range(32)), 4)
-    [0, 10, 21, 31]
-    >>> spread([3, 5], 4)
-    [3, 5]
-    """
-    if len(items) <= count:
-        return list(items)
-    return [items[i] for i in sorted(set(np.linspace(0, len(items) - 1, count)
-                                         .round().astype(int)))]
 
 
 def choose_rows(spans: pd.DataFrame, ranks: list[int] | None = None,

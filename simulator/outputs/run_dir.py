@@ -49,7 +49,7 @@ from simulator.engine.folded import Folded
 from simulator.engine.records import SPAN_TEXT
 from simulator.outputs import exports
 from simulator.outputs.alongside import alongside
-from simulator.outputs.gantt import spread
+from simulator.outputs.selection import spread
 
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file

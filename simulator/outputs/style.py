@@ -9,9 +9,10 @@ run writes the same bytes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-from matplotlib.figure import Figure
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn, not with every command
+    from matplotlib.figure import Figure
 
 FORMATS = ("png", "pdf", "svg")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -34,6 +35,8 @@ def save(fig: Figure, path: str | Path) -> Path:
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ValueError(f"figure format {fmt!r} is not one of {', '.join(FORMATS)}")
+    import matplotlib
+
     with matplotlib.rc_context(TEXT_AS_TEXT):
         fig.savefig(path, format=fmt, dpi=150,
                     metadata={"Date": None} if fmt == "svg" else
