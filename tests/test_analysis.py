@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import run
+from simulator.analysis import critical_path as cp
 from simulator.analysis.critical_path import critical_path, shares
 from simulator.analysis.summary import rank_breakdown
 from simulator.analysis.timeline import (
@@ -142,6 +143,16 @@ def test_critical_path_length_is_the_iteration_time(runs, name):
     gaps = path["start"].to_numpy()[1:] - path["end"].to_numpy()[:-1]
     assert np.abs(gaps).max() <= 1e-9 * iteration, "contiguous, no overlaps"
     assert result.summary["critical_path"]["length_s"] == pytest.approx(iteration, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["dp", "tp-pp", "interleaved", "zero3"])
+def test_the_predecessors_found_at_once_give_the_walks_path(runs, name, monkeypatch):
+    """The array shortcut (``_Index._simple_previous``) changes no step of the walk."""
+    spans = runs[name].spans
+    fast = critical_path(spans)
+    monkeypatch.setattr(cp._Index, "_simple_previous",
+                        lambda self: np.full(len(self.start), cp.GENERAL, dtype=np.int64))
+    pd.testing.assert_frame_equal(fast, critical_path(spans))
 
 
 @pytest.mark.parametrize("name", ["dp", "tp-pp", "interleaved", "zero3"])
