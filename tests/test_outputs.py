@@ -4,6 +4,8 @@ profile, link traffic, and every figure in every format."""
 
 import copy
 import json
+import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -355,3 +357,21 @@ def test_a_large_run_draws_its_figures_alongside_and_writes_the_same_files(tmp_p
     with pytest.raises(alongside.BackgroundError, match="ZeroDivisionError"):
         run_dir.write(result, tmp_path / "broken")
     assert (tmp_path / "broken" / "summary.json").exists()  # the tables were written
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,
+                    reason="needs fork and two cores")
+def test_both_processes_take_tasks_and_each_task_runs_once(tmp_path):
+    log = tmp_path / "log"
+
+    def task(n: int):
+        def write() -> None:
+            with open(log, "a") as f:
+                f.write(f"{n} {os.getpid()}\n")
+            time.sleep(0.05)
+        return write
+
+    alongside.together(lambda: None, [task(n) for n in range(8)], background=True)
+    done = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(int(n) for n, _ in done) == list(range(8))
+    assert len({pid for _, pid in done}) == 2

@@ -48,7 +48,7 @@ from simulator.analysis.traffic import binned, binned_peak
 from simulator.engine.folded import Folded
 from simulator.engine.records import SPAN_TEXT
 from simulator.outputs import exports
-from simulator.outputs.alongside import alongside
+from simulator.outputs.alongside import together
 from simulator.outputs.selection import spread
 
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
@@ -119,29 +119,32 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
         result.gantt(str(out / f"gantt.{fmt}"))
         result.memory_plot(str(out / f"memory.{fmt}"))
 
-    with alongside(figures, background=len(result.spans) > BACKGROUND_SPANS):
-        _write_tables(result, out, spans_csv)
+    together(figures, _table_tasks(result, out, spans_csv),
+             background=len(result.spans) > BACKGROUND_SPANS)
 
 
-def _write_tables(result, out: Path, spans_csv: bool) -> None:
-    """Everything but the figures."""
-    exports.write_summary(result.summary, out / "summary.json")
-    (out / "scenario.yaml").write_text(yaml.safe_dump(dict(result.scenario.source),
-                                                      sort_keys=False))
-    exports.write_table(result.spans, out / "spans.parquet")
+def _table_tasks(result, out: Path, spans_csv: bool) -> list:
+    """Everything but the figures, one task per file, the longest first (the
+    trace, the span table) so that two processes finish together."""
+    tasks = [lambda: _write_trace(result, out / "trace.json"),
+             lambda: exports.write_table(result.spans, out / "spans.parquet"),
+             lambda: exports.write_table(result.comms, out / "comms.parquet"),
+             lambda: exports.write_table(result.streams(), out / "streams.csv"),
+             lambda: exports.write_table(result.ranks(), out / "ranks.csv"),
+             lambda: exports.write_table(result.critical_path(), out / "critical_path.csv"),
+             lambda: exports.write_summary(result.summary, out / "summary.json"),
+             lambda: (out / "scenario.yaml").write_text(yaml.safe_dump(
+                 dict(result.scenario.source), sort_keys=False)),
+             lambda: pd.DataFrame({"rank": range(len(result.placement)),
+                                   "gpu": result.placement, "node": result.node_of_rank}
+                                  ).to_csv(out / "placement.csv", index=False)]
     if spans_csv or len(result.spans) <= CSV_ROWS:
-        exports.write_spans(result.spans, out / "spans.csv")
-    pd.DataFrame({"rank": range(len(result.placement)), "gpu": result.placement,
-                  "node": result.node_of_rank}).to_csv(out / "placement.csv", index=False)
-    exports.write_table(result.comms, out / "comms.parquet")
+        tasks.append(lambda: exports.write_spans(result.spans, out / "spans.csv"))
     if spans_csv or len(result.comms) <= CSV_ROWS:
-        exports.write_table(result.comms, out / "comms.csv")
-    exports.write_table(result.ranks(), out / "ranks.csv")
-    exports.write_table(result.streams(), out / "streams.csv")
-    exports.write_table(result.critical_path(), out / "critical_path.csv")
+        tasks.append(lambda: exports.write_table(result.comms, out / "comms.csv"))
     if result.folded is not None:
-        _write_folded(result.folded, out)
-    _write_trace(result, out / "trace.json")
+        tasks.append(lambda: _write_folded(result.folded, out))
+    return tasks
 
 
 def _write_trace(result, path: Path) -> None:
