@@ -30,6 +30,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from simulator.base.ir import COMPUTE_STREAM, PHASE_NAME, OpKind
 from simulator.engine.exclusive import ExclusiveLinks
@@ -250,7 +251,8 @@ def _span(columns: dict[str, list], op, kind: str, call: int) -> None:
 
 
 def expand(runs: SpanRuns) -> dict[str, np.ndarray]:
-    """The records' spans as columns (``SPAN_COLUMNS``), in record order."""
+    """The records' spans as columns (``SPAN_COLUMNS``), in record order; text
+    columns as (codes, categories)."""
     if not runs.records:
         return {}
     sizes = np.array([len(t["call"]) for t in runs.templates], dtype=np.int64)
@@ -263,11 +265,12 @@ def expand(runs: SpanRuns) -> dict[str, np.ndarray]:
     at = offsets[which][record] + within
     flat = {name: np.concatenate([np.asarray(t[name], dtype=object if name in TEXT else None)
                                   for t in runs.templates]) for name in SPAN_FIELDS}
+    text = {name: pd.factorize(flat[name]) for name in TEXT}  # codes of few distinct texts
     call = flat["call"][at]
     return {
-        "rank": ranks[record], "stream": flat["stream"][at], "kind": flat["kind"][at],
-        "name": flat["name"][at], "start": np.array(runs.starts, dtype=float),
-        "end": np.array(runs.ends, dtype=float), "phase": flat["phase"][at],
-        "microbatch": micro[record], "layer": flat["layer"][at], "bytes": flat["bytes"][at],
+        "rank": ranks[record], "start": np.array(runs.starts, dtype=float),
+        "end": np.array(runs.ends, dtype=float), "microbatch": micro[record],
+        "layer": flat["layer"][at], "bytes": flat["bytes"][at],
         "call": np.where(call >= 0, rows[record] + call, -1),
+        **{name: (codes[at], categories) for name, (codes, categories) in text.items()},
     }

@@ -144,29 +144,40 @@ def span_table(result, nodes: list[int]) -> pd.DataFrame:
     """The engine's span tuples (and its replayed steps' spans) as a table: columns
     filled from the end of its list a chunk at a time, each chunk's tuples freed
     once copied (the tuples take three times the table's memory); text columns as
-    categories."""
+    categories (in text order)."""
     tuples = result.spans
     replayed = expand(result.span_runs) if result.span_runs else {}  # engine.passes
     count = len(tuples)
-    columns = [np.empty(count + len(replayed.get("start", ())), dtype) for dtype in SPAN_DTYPES]
-    for column, name in zip(columns, SPAN_COLUMNS, strict=True):
-        if replayed:
+    total = count + len(replayed.get("start", ()))
+    columns = {name: np.empty(count if name in SPAN_TEXT else total, dtype)
+               for name, dtype in zip(SPAN_COLUMNS, SPAN_DTYPES, strict=True)}
+    for name, column in columns.items():
+        if replayed and name not in SPAN_TEXT:
             column[count:] = replayed[name]
     while tuples:
         part = tuples[-SPAN_CHUNK:]
         at = len(tuples) - len(part)
-        for column, values in zip(columns, zip(*part, strict=True), strict=True):
+        for column, values in zip(columns.values(), zip(*part, strict=True), strict=True):
             column[at:at + len(part)] = values
         del tuples[-SPAN_CHUNK:], part
-    data = dict(zip(SPAN_COLUMNS, columns, strict=True))
-    del columns
+    data: dict = columns
     for name in SPAN_TEXT:
-        data[name] = pd.Categorical(data[name])  # categories in text order
+        data[name] = _categories(pd.factorize(data[name]), replayed.get(name))
     order = np.lexsort((data["stream"].codes, data["end"], data["start"], data["rank"]))
     for name in SPAN_COLUMNS:  # sorted by rank, start, end, stream; a column at a time
         data[name] = data[name][order]
     data = {"rank": data["rank"], "node": np.asarray(nodes)[data["rank"]], **data}
     return pd.DataFrame(data, copy=False)
+
+
+def _categories(*parts: tuple[np.ndarray, np.ndarray] | None) -> pd.Categorical:
+    """One categorical column from parts given as (codes, their categories), its
+    categories sorted (as ``pd.Categorical`` sorts text)."""
+    parts = tuple(p for p in parts if p is not None)
+    categories = np.array(sorted({c for _, cats in parts for c in cats}), dtype=object)
+    codes = [np.searchsorted(categories, np.asarray(cats, dtype=object)).astype(np.int32)[c]
+             if len(c) else np.empty(0, np.int32) for c, cats in parts]
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
 
 
 def _stage_memory(program: Program, result, ranks) -> tuple[dict, dict]:
