@@ -47,7 +47,7 @@ class Context:
         """Parameters of one layer on one rank."""
         return sum(k.params for k in K.layer_kernels(self.model, self.shard))
 
-    @property
+    @cached_property
     def act_bytes(self) -> float:
         """Bytes one micro-batch's activation tensor has when crossing a stage."""
         sh = self.shard
@@ -92,23 +92,27 @@ class Stage:
     def collective(self, kind: Collective, nbytes: float, stream: str, group: str, phase: Phase,
                    mb: int, layer: int, deps: tuple[int, ...] | None = None,
                    blocking: bool = True, mem: tuple = (), name: str = "") -> int:
-        i = self._add(Op(OpKind.COLLECTIVE, name or kind.value, stream, phase,
-                         self._after_compute() if deps is None else deps, bytes=nbytes,
-                         collective=kind, group=group, microbatch=mb, layer=layer, mem=mem))
+        """Append a collective call (a hot path, as ``compute``)."""
+        self.ops.append(_new(Op, (OpKind.COLLECTIVE, name or COLLECTIVE_NAME[kind], stream,
+                                  phase, self._after_compute() if deps is None else deps,
+                                  None, 0.0, nbytes, None, kind, group, mb, layer, mem)))
+        i = len(self.ops) - 1
         if blocking:
             self.ready.append(i)
         return i
 
     def p2p(self, kind: OpKind, dim: str, phase: Phase, mb: int, layer: int) -> int:
-        i = self._add(Op(kind, "send" if kind is OpKind.SEND else "recv", PP_STREAM, phase,
-                         self._after_compute(), bytes=self.ctx.act_bytes, group=dim,
-                         microbatch=mb, layer=layer))
+        self.ops.append(_new(Op, (kind, "send" if kind is OpKind.SEND else "recv", PP_STREAM,
+                                  phase, self._after_compute(), None, 0.0, self.ctx.act_bytes,
+                                  None, None, dim, mb, layer, ())))
+        i = len(self.ops) - 1
         if kind is OpKind.RECV:
             self.ready.append(i)
         return i
 
 
 _new = tuple.__new__  # builds an Op from all its fields without NamedTuple's keyword layer
+COLLECTIVE_NAME = {kind: kind.value for kind in Collective}  # hot path: a dict, not .value
 UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
 
 

@@ -55,16 +55,16 @@ class ComputeModel:
 
     def durations(self, ops: tuple[Op, ...]) -> np.ndarray:
         """``duration`` of each op, worked out once per distinct kernel (a stage's
-        program repeats a layer's few kernels hundreds of thousands of times)."""
+        program repeats a layer's few kernels hundreds of thousands of times; a
+        hot path: the key from the op's fields by position, name to shape)."""
         memo: dict[tuple, float] = {}
-        out = []
-        for op in ops:
-            if op.kind is not OpKind.COMPUTE:
-                out.append(0.0)
-                continue
-            key = (op.name, op.kernel, op.flops, op.bytes, op.shape)
-            seconds = memo.get(key)
-            if seconds is None:
-                seconds = memo[key] = self.duration(op)
-            out.append(seconds)
+        out = [0.0] * len(ops)
+        compute = OpKind.COMPUTE
+        for i, op in enumerate(ops):
+            if op[0] is compute:
+                key = op[1:2] + op[5:9]  # name, kernel, flops, bytes, shape
+                seconds = memo.get(key)
+                if seconds is None:
+                    seconds = memo[key] = self.duration(op)
+                out[i] = seconds
         return np.array(out, dtype=float)
