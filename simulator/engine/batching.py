@@ -16,8 +16,12 @@ communication boundaries.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from simulator.base.ir import PHASE_NAME, Op
-from simulator.engine.core import Engine
+from simulator.engine.core import Engine, depended_on
+
+PHASE_OF, MEMORY_OF = attrgetter("phase"), attrgetter("mem")
 
 
 class BatchedCompute(Engine):
@@ -32,9 +36,14 @@ class BatchedCompute(Engine):
         super()._prepare_rank(rank, durations)
         ops = self.program.ops[rank]
         if id(ops) not in self._phases:
-            self._phases[id(ops)] = [PHASE_NAME[op.phase] for op in ops]
-            depended = {d for op in ops for d in op.deps}
-            self._watched[id(ops)] = [i in depended or bool(op.mem) for i, op in enumerate(ops)]
+            self._phases[id(ops)] = list(map(PHASE_NAME.__getitem__, map(PHASE_OF, ops)))
+            watched = [False] * len(ops)
+            for i in depended_on(ops):
+                watched[i] = True
+            for i, mem in enumerate(map(MEMORY_OF, ops)):
+                if mem:
+                    watched[i] = True
+            self._watched[id(ops)] = watched
 
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float]) -> tuple[int, float]:

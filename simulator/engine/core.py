@@ -32,7 +32,10 @@ function (collective, GPUs, bytes) -> Lowered, such as ``Collectives``).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 import simpy
@@ -49,6 +52,13 @@ from simulator.engine.records import (
 )
 from simulator.network.fabric import Fabric
 from simulator.network.flows import Network, succeed_at
+
+STREAM_OF = attrgetter("stream")
+
+
+def depended_on(ops: Sequence[Op]) -> set[int]:
+    """The ops of a program that some op of it waits for."""
+    return set(chain.from_iterable(map(attrgetter("deps"), ops)))
 
 
 class Engine:
@@ -87,10 +97,10 @@ class Engine:
         for rank in self.ranks:
             ops = self.program.ops[rank]
             if id(ops) not in layouts:
-                streams: dict[str, list[int]] = {}
-                for i, op in enumerate(ops):
-                    streams.setdefault(op.stream, []).append(i)
-                layouts[id(ops)] = streams
+                streams: defaultdict[str, list[int]] = defaultdict(list)
+                for i, stream in enumerate(map(STREAM_OF, ops)):
+                    streams[stream].append(i)
+                layouts[id(ops)] = dict(streams)
             self._streams[rank] = layouts[id(ops)]
             durations = np.asarray(self._durations(rank), dtype=float).tolist()
             self._prepare_rank(rank, durations)

@@ -16,6 +16,7 @@ Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give
 from __future__ import annotations
 
 from simulator.base.ir import PHASE_NAME, Op, OpKind, Program
+from simulator.engine.core import depended_on
 from simulator.engine.gangs import Gangs
 from simulator.network.fabric import Fabric
 
@@ -62,7 +63,7 @@ class ExclusiveLinks(Gangs):
         ops = self.program.ops[rank]
         if id(ops) not in self._inlinable:
             out: list[tuple | None] = [None] * len(ops)
-            depended = {d for op in ops for d in op.deps}
+            depended = depended_on(ops)
             for stream, indices in self._streams[rank].items():
                 if all(ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive
                        for i in indices):  # a stream of exclusive calls only (tp's)
