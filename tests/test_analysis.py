@@ -6,7 +6,7 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator import run
@@ -204,6 +204,7 @@ def test_overlap_bounds_on_random_traces(rows):
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(st.floats(0.0, 10.0), st.floats(-5.0, 5.0)), min_size=2,
                       max_size=60), bins=st.integers(1, 20))
+@example(steps=[(0.0, 0.0), (0.0, 1.0), (1.0, 1.0)], bins=1)  # the end at an unchanged value
 def test_binned_counters_keep_the_bytes_and_the_peaks(steps, bins):
     """Averaged bins keep each step function's area (bytes moved); peak bins keep
     its maximum and never show a value it does not reach."""

@@ -94,7 +94,7 @@ def binned(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray
     over ``bins`` equal bins from the first time to the last: the same bytes
     moved in each bin, at the resolution a zoomed-out trace shows. Functions
     with fewer changes than ``bins`` come back as they are; a bin with the
-    previous bin's average adds no sample.
+    previous bin's average adds no sample (but the last time is always kept).
 
     >>> binned(np.array([0.0, 1.0, 3.0, 4.0]), np.array([2.0, 0.0, 4.0, 0.0]), 2)
     (array([0., 2., 4.]), array([1., 2., 0.]))
@@ -107,8 +107,7 @@ def binned(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray
     area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(times))])
     edges = np.linspace(times[0], times[-1], bins + 1)
     average = np.append(np.diff(np.interp(edges, times, area)) / np.diff(edges), values[-1])
-    changed = np.r_[True, average[1:] != average[:-1]]
-    return edges[changed], average[changed]
+    return _changes(edges, average)
 
 
 def binned_peak(times: np.ndarray, values: np.ndarray, bins: int
@@ -133,8 +132,19 @@ def binned_peak(times: np.ndarray, values: np.ndarray, bins: int
     np.maximum.at(peak, which, values)
     entering = values[np.searchsorted(times, edges[:-1], side="right") - 1]
     peak = np.append(np.maximum(peak, entering), values[-1])
-    changed = np.r_[True, peak[1:] != peak[:-1]]
-    return edges[changed], peak[changed]
+    return _changes(edges, peak)
+
+
+def _changes(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples where the value changes, and the last (where the function ends,
+    even at an unchanged value: without it the last bin's area is lost).
+
+    >>> _changes(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, 1.0]))
+    (array([0., 2.]), array([1., 1.]))
+    """
+    changed = np.r_[True, values[1:] != values[:-1]]
+    changed[-1] = True
+    return edges[changed], values[changed]
 
 
 def _touching(comms: pd.DataFrame, groups: dict[str, Sequence[Sequence[int]]],
