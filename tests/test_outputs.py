@@ -375,3 +375,19 @@ def test_both_processes_take_tasks_and_each_task_runs_once(tmp_path):
     done = [line.split() for line in log.read_text().splitlines()]
     assert sorted(int(n) for n, _ in done) == list(range(8))
     assert len({pid for _, pid in done}) == 2
+
+
+def test_a_deep_pipelines_memory_plot_keeps_its_axes(tmp_path):
+    """Forty stages share a colour scale instead of a legend entry each, which
+    squeezed the axes to nothing (matplotlib warned, and the plot was empty)."""
+    import warnings
+
+    from simulator.outputs.memory_plot import plot_memory
+
+    times = np.array([0.0, 1.0, 2.0])
+    lines = {f"stage {s} (rank {8 * s})": (times, np.array([1.0, 2.0 + s / 40, 1.0]) * 2**30)
+             for s in range(40)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_memory(lines, tmp_path / "memory.png", 80 * 2**30, "deep")
+    assert path.stat().st_size > 10_000
