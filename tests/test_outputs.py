@@ -340,12 +340,12 @@ def test_a_folded_run_maps_every_mate_to_its_own_calls_through_block_plans(monke
 
 def test_a_large_run_draws_its_figures_alongside_and_writes_the_same_files(tmp_path,
                                                                              monkeypatch):
-    """Above BACKGROUND_SPANS the figures are drawn in a forked child while the
+    """Above BACKGROUND_ROWS the figures are drawn in a forked child while the
     tables are written: every file is byte-for-byte what one process writes, and
     a failure in the child is an error here that says what failed."""
     result = run(tiny(tp=2, pp=4, dp=2))
     run_dir.write(result, tmp_path / "alone")
-    monkeypatch.setattr(run_dir, "BACKGROUND_SPANS", 0)
+    monkeypatch.setattr(run_dir, "BACKGROUND_ROWS", 0)
     run_dir.write(result, tmp_path / "alongside")
     names = sorted(p.name for p in (tmp_path / "alone").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "alongside").iterdir())

@@ -55,7 +55,7 @@ CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (u
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
 COUNTER_BINS = 2_000  # a layer-detail trace's link counters: averages over this many bins
-BACKGROUND_SPANS = 200_000  # larger runs draw their figures in a second process (alongside)
+BACKGROUND_ROWS = 200_000  # spans and log rows above which outputs use two processes (alongside)
 OPTIONAL_FILES = ("spans.csv", "comms.csv", "classes.csv", "mate_calls.parquet")
 
 
@@ -120,7 +120,7 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
         result.memory_plot(str(out / f"memory.{fmt}"))
 
     together(figures, _table_tasks(result, out, spans_csv),
-             background=len(result.spans) > BACKGROUND_SPANS)
+             background=len(result.spans) + len(result.comms) > BACKGROUND_ROWS)
 
 
 def _table_tasks(result, out: Path, spans_csv: bool) -> list:
