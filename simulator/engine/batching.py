@@ -16,12 +16,19 @@ communication boundaries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import chain
 from operator import attrgetter
 
 from simulator.base.ir import PHASE_NAME, Op
-from simulator.engine.core import Engine, depended_on
+from simulator.engine.core import Engine
 
-PHASE_OF, MEMORY_OF = attrgetter("phase"), attrgetter("mem")
+PHASE_OF, MEMORY_OF, DEPS_OF = attrgetter("phase"), attrgetter("mem"), attrgetter("deps")
+
+
+def depended_on(ops: Sequence[Op]) -> set[int]:
+    """The ops of a program that some op of it waits for."""
+    return set(chain.from_iterable(map(DEPS_OF, ops)))
 
 
 class BatchedCompute(Engine):

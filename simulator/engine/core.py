@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -54,11 +53,6 @@ from simulator.network.fabric import Fabric
 from simulator.network.flows import Network, succeed_at
 
 STREAM_OF = attrgetter("stream")
-
-
-def depended_on(ops: Sequence[Op]) -> set[int]:
-    """The ops of a program that some op of it waits for."""
-    return set(chain.from_iterable(map(attrgetter("deps"), ops)))
 
 
 class Engine:

@@ -16,7 +16,7 @@ Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give
 from __future__ import annotations
 
 from simulator.base.ir import PHASE_NAME, Op, OpKind, Program
-from simulator.engine.core import depended_on
+from simulator.engine.batching import depended_on
 from simulator.engine.gangs import Gangs
 from simulator.network.fabric import Fabric
 

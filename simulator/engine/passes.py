@@ -2,26 +2,28 @@
 
 A deep pipeline's program is thousands of steps (one forward or backward of
 one micro-batch through one chunk), and the steps of one kind are the same ops
-(``Program.steps``: equal keys). Once a step's first kernel can start, every
-kernel after it and every call on links no other traffic uses (``exclusive``)
-runs at a fixed offset from that start, the offsets its first instance had:
-compute durations do not depend on the network, and an exclusive call's
-duration is fixed. So the second and later instances of a kind cost one
-replay: each op's end is the start plus its offset, the calls are logged, and
-the step's spans are one record (``SpanRuns``) that the run's table expands
-with array operations, instead of a tuple per kernel.
+(``Program.steps``: equal keys). Once a step's first kernel can start, its
+kernels and its calls on links no other traffic uses (``exclusive``) depend
+only on each other and on ops that have already been planned: compute
+durations do not depend on the network, and an exclusive call takes a fixed
+time. So each kind is compiled once into a template (per op: its duration, the
+covered ops it waits for, whether it waits for others), and every instance is
+one replay: the planner's own maxima and sums, in the same order (so every end
+equals the planner's to the last bit), without a call per op; its calls are
+logged as the planner logs them, and its spans are one record (``SpanRuns``)
+that the run's table expands with array operations.
 
-A step is replayed only when that is exactly what the planner would do: its
-ops before the first kernel have run, the exclusive stream is at the step's
-first call, and every dependency on an op outside the step has ended by the
-time the template has the dependent op start (else it is planned op by op as
-before). Ops that others wait for or that move memory end through
-``Engine._finish``, so waiters wake and memory events are recorded as before.
+A step is replayed only where the planner would plan all of it at once: the
+exclusive stream is at the step's first call, and every op outside the step
+that a covered op waits for has been planned (else the step is planned op by
+op, as before). Processes already waiting for a covered op are woken at its
+end, and its memory events are recorded, as ``Engine._finish`` does.
 
 Contract: ``tests/test_engine_plugins.py::test_replayed_steps_give_the_reference_timeline``
-(spans, log and memory equal the reference engine's to 1e-9 on pipelines with
-and without interleaving, recomputation, sequence parallelism and data
-parallelism) and the symmetry tests.
+(spans, log rows and memory events equal the reference engine's on pipelines
+with and without interleaving, recomputation, sequence and data parallelism),
+``test_steps_of_one_key_hold_the_same_ops`` (the builder's side) and the
+symmetry tests.
 """
 
 from __future__ import annotations
