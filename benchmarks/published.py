@@ -7,12 +7,16 @@ its own; the table gives that command's wall time and peak resident memory,
 what was simulated (and whether the run says it is exact), the simulated
 iteration time and MFU, and the size of the output directory.
 
-Targets (issue 13, on a 2-core machine): every row <= 10 s and <= 2 GiB; the
-16,384-GPU row <= 60 s. A row that runs past ``--timeout`` is reported as such.
+The wall time is the whole process's: interpreter start, imports, the run and
+its outputs. Targets (issue 13, on a 2-core machine): every row <= 10 s and
+<= 2 GiB; the 16,384-GPU row <= 60 s. A row that runs past ``--timeout`` is
+reported as such. On a shared machine ``--repeat 3`` keeps each row's fastest
+run.
 
     python benchmarks/published.py                    # every row
     python benchmarks/published.py --rows korthikanti # rows whose name contains it
-    python benchmarks/published.py --markdown         # the README's table
+    python benchmarks/published.py --markdown         # the table only
+    python benchmarks/published.py --repeat 2         # the README's table: best of two
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def one(name: str, workdir: Path) -> dict:
     out = workdir / name
     started = time.perf_counter()
     code = clustersim(["run", str(path), "--out", str(out)])
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - started  # the caller replaces it by the whole process's
     summary = json.loads((out / "summary.json").read_text()) if code == 0 else {}
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.exists() else 0
     return {"name": name, "code": code, "wall_s": wall, "gpus": summary.get("gpus"),
@@ -57,19 +61,30 @@ def one(name: str, workdir: Path) -> dict:
             "events": summary.get("events"), "output_mb": size / 1e6}
 
 
-def measure(name: str, timeout: float) -> dict:
-    """Row ``name`` in a fresh process (its own peak memory), or how it failed."""
+def measure(name: str, timeout: float, repeat: int = 1) -> dict:
+    """Row ``name`` in a fresh process (its own peak memory), or how it failed; the
+    wall time is the whole process's, interpreter start and imports included.
+    With ``repeat`` > 1 the fastest of that many runs (on a shared machine the
+    minimum is the estimate least disturbed by other load)."""
+    runs = [_measure_once(name, timeout) for _ in range(repeat)]
+    timed = [r for r in runs if "wall_s" in r]
+    return min(timed, key=lambda r: r["wall_s"]) if len(timed) == len(runs) else runs[-1]
+
+
+def _measure_once(name: str, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
+        started = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, __file__, "--one", name, "--workdir",
                                    workdir], capture_output=True, text=True, timeout=timeout,
                                   check=False)
         except subprocess.TimeoutExpired:
             return {"name": name, "timeout": timeout}
+        wall = time.perf_counter() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("{\"name\"")]
     if done.returncode != 0 or not lines:
         return {"name": name, "failed": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(lines[-1])
+    return {**json.loads(lines[-1]), "wall_s": wall}
 
 
 def verdict(row: dict) -> str:
@@ -99,6 +114,8 @@ def main() -> None:
     parser.add_argument("--rows", default="", help="only rows whose name contains this")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per row")
     parser.add_argument("--markdown", action="store_true", help="print only the table")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per row; the table keeps the fastest (default 1)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -108,7 +125,7 @@ def main() -> None:
     results = []
     for scenario in rows():
         if args.rows in scenario["name"]:
-            results.append(measure(scenario["name"], args.timeout))
+            results.append(measure(scenario["name"], args.timeout, args.repeat))
             if not args.markdown:
                 print(json.dumps(results[-1]), flush=True)
     print(table(results))

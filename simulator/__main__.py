@@ -1,7 +1,5 @@
 """``python -m simulator`` is the ``clustersim`` command."""
 
-import sys
+from simulator.cli import console
 
-from simulator.cli import main
-
-sys.exit(main())
+console()

@@ -127,6 +127,22 @@ def test_python_dash_m_and_presets(tmp_path):
         assert name in listing
 
 
+def test_the_command_leaves_with_mains_code_and_its_output_flushed(tmp_path):
+    """``console`` skips freeing the run's objects at exit: the exit code and the
+    output are still main's, a piped reader that leaves early is no error, and
+    the printed wall time counts the imports."""
+    missing = subprocess.run([sys.executable, "-m", "simulator", "run", "no/such.yaml"],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no/such.yaml")
+    done = subprocess.run([sys.executable, "-m", "simulator", "run", str(QUICKSTART), "--out",
+                           str(tmp_path), "--set", "model.preset=gpt3-125m"],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.rstrip().endswith(f"outputs          {tmp_path}/")
+    head = subprocess.run(f"{sys.executable} -m simulator presets | head -1", shell=True,
+                          capture_output=True, text=True, check=False)
+    assert head.returncode == 0 and head.stdout.startswith("clusters") and not head.stderr
+
+
 def test_missing_file_is_a_clean_error(capsys):
     assert main(["run", "no/such/file.yaml"]) == 2
     assert capsys.readouterr().err.startswith("error: no/such/file.yaml: cannot read")

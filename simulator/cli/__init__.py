@@ -75,5 +75,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def console() -> None:
+    """The ``clustersim`` command: ``main``, then leave at once (a large run's
+    millions of objects take a second to free one by one, for nothing: the
+    process is ending; its files are closed and its output flushed first)."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader left: nothing more to say
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
