@@ -1,4 +1,5 @@
-"""The vocabulary every layer shares: the op IR (``ir``) and SI unit strings (``units``).
+"""The vocabulary every layer shares: the op IR (``ir``), SI unit strings
+(``units``), checked settings (``fields``) and the program's start (``clock``).
 
 No SimPy, no other ``simulator`` package: ``workloads`` and ``topologies`` may
 import this package and nothing else of ``simulator``.

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from simulator import STARTED
+from simulator.base.clock import STARTED
 from simulator.base.units import format_bytes, format_time
 from simulator.config.scenario import load
 from simulator.outputs import run_dir
