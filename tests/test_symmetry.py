@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from simulator import run
 from simulator.engine.gangs import in_step
+from simulator.engine.passes import Passes
 from simulator.experiments.symmetry import equitable, refined
 from tests.conftest import ROOT
 from tests.test_parallelism import reference, tiny
@@ -153,3 +154,28 @@ def test_an_asymmetric_fabric_splits_the_class(tmp_path):
     assert gang.summary["simulation_exact"] is False
     assert "not exact: the ranks rank" in gang.summary["simulation"]
     assert np.isfinite(gang.summary["iteration_time_s"])
+
+
+@pytest.mark.parametrize("parallelism", [
+    dict(tp=8, pp=2, dp=2, cluster__nodes=4),
+    dict(tp=8, pp=2, dp=2, cluster__nodes=4, zero=1, schedule="interleaved", virtual_stages=2,
+         sequence_parallel=True),
+    dict(tp=8, pp=4, cluster__nodes=4, training__recompute="full")], ids=str)
+def test_replayed_pipeline_steps_by_default_equal_a_full_simulation(parallelism, monkeypatch):
+    """Tensor parallelism filling each server makes its calls exclusive, so the
+    default run replays pipeline steps (engine.passes); its summary, per-rank
+    breakdown and log still equal simulating every rank op by op."""
+    replays = []
+    plain = Passes.run
+
+    def counted(self):
+        result = plain(self)
+        replays.append(len(self.span_runs.records))
+        return result
+
+    monkeypatch.setattr(Passes, "run", counted)
+    scenario = tiny(**parallelism)
+    auto = run(copy.deepcopy(scenario))
+    assert replays and replays[-1] > 0
+    assert auto.summary["simulation_exact"] is True
+    assert_same_run(auto, run(reference(scenario)))
