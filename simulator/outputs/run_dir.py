@@ -124,15 +124,16 @@ def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
 
 
 def _table_tasks(result, out: Path, spans_csv: bool) -> list:
-    """Everything but the figures, one task per file, the longest first (the
-    trace, the span table) so that two processes finish together."""
-    tasks = [lambda: _write_trace(result, out / "trace.json"),
+    """Everything but the figures, one task per file: the summary first (what a
+    failure later must not lose), then the longest (the trace, the span table)
+    so that two processes finish together."""
+    tasks = [lambda: exports.write_summary(result.summary, out / "summary.json"),
+             lambda: _write_trace(result, out / "trace.json"),
              lambda: exports.write_table(result.spans, out / "spans.parquet"),
              lambda: exports.write_table(result.comms, out / "comms.parquet"),
              lambda: exports.write_table(result.streams(), out / "streams.csv"),
              lambda: exports.write_table(result.ranks(), out / "ranks.csv"),
              lambda: exports.write_table(result.critical_path(), out / "critical_path.csv"),
-             lambda: exports.write_summary(result.summary, out / "summary.json"),
              lambda: (out / "scenario.yaml").write_text(yaml.safe_dump(
                  dict(result.scenario.source), sort_keys=False)),
              lambda: pd.DataFrame({"rank": range(len(result.placement)),
