@@ -179,3 +179,24 @@ def test_replayed_pipeline_steps_by_default_equal_a_full_simulation(parallelism,
     assert replays and replays[-1] > 0
     assert auto.summary["simulation_exact"] is True
     assert_same_run(auto, run(reference(scenario)))
+
+
+def test_pipeline_steps_are_replayed_only_without_jitter():
+    """A template replays every step of a kind in its first instance's time: with
+    per-kernel jitter (approximated or per gang) the steps differ, so no replay."""
+    from simulator.config.scenario import from_dict
+    from simulator.experiments.symmetry import choose
+    from simulator.network.fabric import Fabric
+    from workloads.program import build_program
+
+    for jitter, expected in ((0.0, True), (0.05, False)):
+        scenario = tiny(tp=8, pp=2)
+        scenario["cluster"]["compute_jitter"] = jitter
+        scenario["simulation"] = {"jitter": "approximate"}
+        loaded = from_dict(scenario)
+        fabric = Fabric(loaded.machine.build_graph())
+        program = build_program(loaded.model, loaded.training, loaded.parallel)
+        placement = fabric.graph.graph["gpus"][:program.ranks]
+        method = choose(loaded, program, placement, fabric)
+        assert ("passes" in method.plugins) is expected
+        assert "exclusive_links" in method.plugins

@@ -80,11 +80,13 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     if scenario.fold_ranks:
         return Method((*base, "folding"))
     if scenario.gangs:
-        return _gangs(base, program, placement, fabric, automatic=False)
+        return _gangs(base, program, placement, fabric, automatic=False,
+                      replay=scenario.compute_jitter == 0)
     why = _why_full(scenario, program, batch_compute)
     if why:
         return Method(base, full_because=why)
-    method = _gangs(base, program, placement, fabric, automatic=True)
+    method = _gangs(base, program, placement, fabric, automatic=True,
+                    replay=scenario.compute_jitter == 0)  # jittered steps differ
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 
@@ -174,15 +176,19 @@ def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
 
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
-           automatic: bool) -> Method:
+           automatic: bool, replay: bool = True) -> Method:
+    """Gangs (with exclusive links where they hold, and pipeline steps replayed
+    from templates where ``replay``: every instance of a step kind must take the
+    same time, which per-kernel jitter breaks)."""
     represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
     options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
     exclusive = exclusive_dimensions(program, fabric, placement)
     if exclusive:
         options["exclusive"] = exclusive
-    replay = ("passes",) if exclusive and program.steps and base == ("batching",) else ()
-    return Method((*base, "gangs", *(("exclusive_links",) if exclusive else ()), *replay),
+    passes = ("passes",) if replay and exclusive and program.steps and base == (
+        "batching",) else ()
+    return Method((*base, "gangs", *(("exclusive_links",) if exclusive else ()), *passes),
                   options, automatic)
 
 
