@@ -109,7 +109,10 @@ def test_replayed_steps_give_the_reference_timeline(parallelism):
             _same_memory(mine, theirs)
 
 
-@pytest.mark.parametrize("parallelism", PIPELINES, ids=str)
+@pytest.mark.parametrize("parallelism", PIPELINES + [
+    dict(pp=2, dp=8, zero=3), dict(pp=2, cp=2, dp=4), dict(pp=4, dp=4, schedule="gpipe"),
+    dict(pp=2, dp=8, stage_layers=[3, 5]), dict(pp=2, dp=8, fsdp={"sharding": "full_shard"})],
+    ids=str)
 def test_steps_of_one_key_hold_the_same_ops(parallelism):
     """``Program.steps``' contract, which the replay relies on: two steps with one
     key have the same ops but for their micro-batch and their dependencies on ops
