@@ -68,10 +68,6 @@ class Stage:
     reduces: list[int] = field(default_factory=list)
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
 
-    def _add(self, op: Op) -> int:
-        self.ops.append(op)
-        return len(self.ops) - 1
-
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
                 nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:
         """Append a kernel after what the next compute waits for (a hot path: a

@@ -134,13 +134,11 @@ def _fill(count: int, explicit: pd.Series, at: np.ndarray,
     of rows holds a few dozen distinct texts."""
     if any(isinstance(v, str) for _, heads in blocks for v in heads[:1]):
         own, distinct = pd.factorize(explicit)  # the explicit rows' few distinct texts
-        names = pd.Index(sorted(set(np.asarray(distinct, dtype=object).tolist()).union(
-            *[np.asarray(h, dtype=object).tolist() for _, h in blocks])))
+        names, (mine, *theirs) = shared_categories(distinct, *(h for _, h in blocks))
         codes = np.empty(count, dtype=np.int32)
-        codes[at] = names.get_indexer(np.asarray(distinct, dtype=object))[own]
-        for rows, heads in blocks:
-            codes[rows] = np.tile(names.get_indexer(np.asarray(heads, dtype=object)),
-                                  len(rows) // len(heads))
+        codes[at] = mine[own]
+        for (rows, heads), where in zip(blocks, theirs, strict=True):
+            codes[rows] = np.tile(where, len(rows) // len(heads))
         return pd.Categorical.from_codes(codes, categories=names.astype("str"))
     values = [np.asarray(heads) for _, heads in blocks]
     dtype = np.result_type(*([explicit.dtype] if len(explicit) else []), *values)
@@ -149,3 +147,17 @@ def _fill(count: int, explicit: pd.Series, at: np.ndarray,
     for (rows, _), v in zip(blocks, values, strict=True):
         out[rows] = np.tile(v, len(rows) // len(v))
     return out
+
+
+def shared_categories(*texts: Sequence) -> tuple[pd.Index, list[np.ndarray]]:
+    """The sorted union of several lists of distinct texts (as ``pd.Categorical``
+    orders text), and each list's positions in it: the codes to give each part
+    of a categorical column built from parts.
+
+    >>> names, where = shared_categories(["b", "a"], ["c", "a"])
+    >>> list(names), [w.tolist() for w in where]
+    (['a', 'b', 'c'], [[1, 0], [2, 0]])
+    """
+    lists = [np.asarray(t, dtype=object) for t in texts]
+    names = pd.Index(sorted(set().union(*(t.tolist() for t in lists))), dtype=object)
+    return names, [names.get_indexer(t).astype(np.int32) for t in lists]

@@ -176,17 +176,24 @@ class ExclusiveLinks(Gangs):
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
         block, durations, uniform, own, plan, longest = self._alone_block(rank, op)
-        base = len(self.collectives)
-        self.collectives.block(block, -1, start, durations=durations)
-        if plan is not None:  # the calls are a block: one entry for every mate
-            self.mate_blocks.setdefault(rank, {})[base + own] = plan
+        row = self._log_alone(rank, block, durations, own, plan, start)
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
-                           PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, base + own))
+                           PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, row))
         if not uniform:
             self._check_lockstep(rank, op, [(members, start + d) for (_, members), d in
                                             zip(self._covered[(op.group, rank)], durations,
                                                 strict=True)])
         self._finish(rank, op_index, start + longest)
+
+    def _log_alone(self, rank: int, block: list, durations: list[float], own: int,
+                   plan: int | None, start: float) -> int:
+        """Log the calls of ``_alone_block``'s ``block`` starting at ``start``; the
+        row of ``rank``'s own group's call."""
+        row = len(self.collectives) + own
+        self.collectives.block(block, -1, start, durations=durations)
+        if plan is not None:  # the calls are a block: one entry for every mate
+            self.mate_blocks.setdefault(rank, {})[row] = plan
+        return row
 
     def _alone_block(self, rank: int, op: Op) -> tuple:
         """The log rows (but their times) and durations of the calls of ``rank``'s

@@ -86,7 +86,10 @@ class Passes(ExclusiveLinks):
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         super()._prepare_rank(rank, durations)
         ops = self.program.ops[rank]
-        if id(ops) in self._step_at or not self.program.steps:
+        if id(ops) in self._step_at:
+            return
+        if not self.program.steps:  # a program without marked steps: nothing to replay
+            self._step_at[id(ops)] = {}
             return
         compute = self._streams[rank].get(COMPUTE_STREAM, [])
         at: dict[int, tuple[int, int, object]] = {}
@@ -98,7 +101,7 @@ class Passes(ExclusiveLinks):
 
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float]) -> tuple[int, float]:
-        step = self._step_at.get(id(self.program.ops[rank]), {}).get(pos)
+        step = self._step_at[id(self.program.ops[rank])].get(pos)
         if step is not None:
             first, end, _ = step
             template = self._template(rank, step, indices, pos, durations)
@@ -152,12 +155,9 @@ class Passes(ExclusiveLinks):
     def _commit(self, rank: int, template: Template, first: int, pos: int,
                 starts: list[float], shown: list[float], ends: list[float]
                 ) -> tuple[int, float]:
-        done, log, waiters = self.done[rank], self.collectives, self._waiters
-        row = len(log)
+        done, waiters, row = self.done[rank], self._waiters, len(self.collectives)
         for slot, block, durations, own, plan in template.logged:
-            if plan is not None:
-                self.mate_blocks.setdefault(rank, {})[len(log) + own] = plan
-            log.block(block, -1, starts[slot], durations=durations)
+            self._log_alone(rank, block, durations, own, plan, starts[slot])
         for offset, end in zip(template.offsets, ends):  # noqa: B905 - equal by making
             i = first + offset
             done[i] = end

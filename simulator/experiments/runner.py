@@ -22,7 +22,7 @@ from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
-from simulator.engine.call_log import CallLog
+from simulator.engine.call_log import CallLog, shared_categories
 from simulator.engine.folded import Folded
 from simulator.engine.passes import expand
 from simulator.engine.records import (
@@ -174,10 +174,9 @@ def _categories(*parts: tuple[np.ndarray, np.ndarray] | None) -> pd.Categorical:
     """One categorical column from parts given as (codes, their categories), its
     categories sorted (as ``pd.Categorical`` sorts text)."""
     parts = tuple(p for p in parts if p is not None)
-    categories = np.array(sorted({c for _, cats in parts for c in cats}), dtype=object)
-    codes = [np.searchsorted(categories, np.asarray(cats, dtype=object)).astype(np.int32)[c]
-             if len(c) else np.empty(0, np.int32) for c, cats in parts]
-    return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+    names, where = shared_categories(*(cats for _, cats in parts))
+    codes = [w[c] for (c, _), w in zip(parts, where, strict=True)]
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=names.to_numpy())
 
 
 def _stage_memory(program: Program, result, ranks) -> tuple[dict, dict]:
