@@ -13,19 +13,24 @@ YAML edge list::
 
 GraphML files use the same node and edge attribute names; an undirected GraphML
 graph gets both directions of every edge. Bandwidths and latencies are unit
-strings (``"200 Gb/s"``, ``"1 us"``) or plain SI numbers (bytes/s, seconds).
-Every problem raises ``GraphFileError`` naming the element and the attribute.
+strings (``"200 Gb/s"``, ``"1 us"``) or plain SI numbers (bytes/s, seconds),
+finite and not negative. Every problem (a YAML error, a key given twice, a node
+declared twice, a value of the wrong type) raises ``GraphFileError`` naming the
+element and the attribute.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
+from simulator.base.fields import ScenarioError
 from simulator.base.units import UnitError, parse_bandwidth, parse_time
+from simulator.base.user_files import read_yaml
 
 KINDS = ("gpu", "nvswitch", "nic", "switch")
 LINKS = ("nvlink", "pcie", "network")
@@ -36,6 +41,7 @@ class GraphFileError(ValueError):
 
 
 def _quantity(where: str, value: Any, parse) -> float:
+    """A unit string or a plain SI number, finite and not negative."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
     else:
@@ -43,6 +49,8 @@ def _quantity(where: str, value: Any, parse) -> float:
             number = parse(value)
         except UnitError as error:
             raise GraphFileError(f"{where}: {error}") from None
+    if not math.isfinite(number) or number < 0:
+        raise GraphFileError(f"{where}: {value!r} must be a finite, non-negative quantity")
     return number
 
 
@@ -51,9 +59,13 @@ def _edge_attributes(where: str, data: dict[str, Any]) -> dict[str, Any]:
     if bandwidth <= 0:
         raise GraphFileError(f"{where}.bandwidth: {data.get('bandwidth')!r} must be positive")
     latency = _quantity(f"{where}.latency", data.get("latency", 0.0), parse_time)
-    efficiency = float(data.get("efficiency", 1.0))
-    if not 0 < efficiency <= 1:
-        raise GraphFileError(f"{where}.efficiency: {efficiency!r} must be in (0, 1]")
+    efficiency = data.get("efficiency", 1.0)
+    if isinstance(efficiency, str):  # GraphML stores attributes as they were typed
+        with contextlib.suppress(ValueError):
+            efficiency = float(efficiency)
+    if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not (
+            0 < efficiency <= 1):
+        raise GraphFileError(f"{where}.efficiency: {efficiency!r} must be a number in (0, 1]")
     kind = data.get("link", "network")
     if kind not in LINKS:
         raise GraphFileError(f"{where}.link: {kind!r} is not one of: {', '.join(LINKS)}")
@@ -61,21 +73,31 @@ def _edge_attributes(where: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _from_yaml(path: Path) -> nx.DiGraph:
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = read_yaml(path, "fabric file")
+    except ScenarioError as error:
+        raise GraphFileError(str(error)) from None
     if not isinstance(raw, dict) or "nodes" not in raw or "links" not in raw:
         raise GraphFileError(f"{path}: needs the keys 'nodes' and 'links'")
+    for key in ("nodes", "links"):
+        if not isinstance(raw[key], list):
+            raise GraphFileError(f"{path}: {key}: {raw[key]!r} must be a list")
     graph = nx.DiGraph()
     for i, node in enumerate(raw["nodes"]):
-        if not isinstance(node, dict) or "name" not in node:
-            raise GraphFileError(f"nodes[{i}]: needs a name")
+        if not isinstance(node, dict) or not isinstance(node.get("name"), str):
+            raise GraphFileError(f"nodes[{i}]: needs a name (a string)")
+        if node["name"] in graph:
+            raise GraphFileError(f"nodes[{i}]: {node['name']!r} is declared twice")
         graph.add_node(node["name"], **{k: v for k, v in node.items() if k != "name"})
     for i, edge in enumerate(raw["links"]):
         where = f"links[{i}]"
         if not isinstance(edge, dict) or "a" not in edge or "b" not in edge:
             raise GraphFileError(f"{where}: needs a and b")
         for end in ("a", "b"):
-            if edge[end] not in graph:
+            if not isinstance(edge[end], str) or edge[end] not in graph:
                 raise GraphFileError(f"{where}.{end}: {edge[end]!r} is not a declared node")
+        if not isinstance(edge.get("directed", False), bool):
+            raise GraphFileError(f"{where}.directed: {edge['directed']!r} must be true or false")
         attributes = _edge_attributes(where, edge)
         graph.add_edge(edge["a"], edge["b"], **attributes)
         if not edge.get("directed", False):

@@ -5,7 +5,9 @@ Understands the Llama/Mistral/Qwen family keys (``num_hidden_layers``,
 ``intermediate_size``, ``vocab_size``, ``hidden_act``, ``tie_word_embeddings``)
 and the GPT-2 family keys (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``,
 ``activation_function``). A gated activation (silu/swish, as in Llama) gives a
-SwiGLU MLP; anything else a plain GELU-style MLP.
+SwiGLU MLP; anything else a plain GELU-style MLP. Every value it reads is
+checked (a size a positive integer, a flag true or false); the scenario's
+``model`` checks then apply to the result as to any model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simulator.base.fields import ScenarioError
+from simulator.base.user_files import read_text
 from workloads.models import Mlp, ModelSpec
 
 _KEYS = {
@@ -30,32 +34,55 @@ class HfConfigError(ValueError):
 def _first(config: dict, names: tuple[str, ...], path: str) -> int:
     for name in names:
         value = config.get(name)
-        if isinstance(value, int) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     raise HfConfigError(f"{path}: needs a positive integer {' or '.join(names)}")
+
+
+def _optional(config: dict, names: tuple[str, ...], path: str) -> int | None:
+    """The first of ``names`` that is given (not null): a positive integer, or an
+    error naming the key and its value; None when none is given."""
+    for name in names:
+        value = config.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise HfConfigError(f"{path}: {name}: {value!r} must be a positive integer")
+        return value
+    return None
+
+
+def _flag(config: dict, name: str, default: bool, path: str) -> bool:
+    value = config.get(name, default)
+    if not isinstance(value, bool):
+        raise HfConfigError(f"{path}: {name}: {value!r} must be true or false")
+    return value
 
 
 def model_from_hf(path: str | Path) -> ModelSpec:
     """The transformer a Hugging Face config describes."""
     file = Path(path)
     try:
-        config = json.loads(file.read_text())
-    except OSError:
-        raise HfConfigError(f"{path}: cannot read the file") from None
+        config = json.loads(read_text(file, "Hugging Face config"))
+    except ScenarioError as error:
+        raise HfConfigError(str(error)) from None
     except json.JSONDecodeError as error:
         raise HfConfigError(f"{path}: not JSON (line {error.lineno})") from None
     if not isinstance(config, dict):
         raise HfConfigError(f"{path}: must be a JSON object")
-    shape = {k: _first(config, names, str(path)) for k, names in _KEYS.items()}
-    activation = str(config.get("hidden_act", config.get("activation_function", "gelu")))
+    where = str(path)
+    shape = {k: _first(config, names, where) for k, names in _KEYS.items()}
+    activation = config.get("hidden_act", config.get("activation_function", "gelu"))
+    if not isinstance(activation, str):
+        raise HfConfigError(f"{where}: hidden_act: {activation!r} must be a string")
     gated = activation in ("silu", "swish", "swiglu")
-    ffn = config.get("intermediate_size") or config.get("n_inner") or 4 * shape["hidden"]
+    ffn = _optional(config, ("intermediate_size", "n_inner"), where) or 4 * shape["hidden"]
     return ModelSpec(
         name=str(config.get("_name_or_path") or config.get("model_type") or file.parent.name),
         layers=shape["layers"], hidden=shape["hidden"], heads=shape["heads"],
-        kv_heads=int(config.get("num_key_value_heads") or shape["heads"]),
-        ffn_hidden=int(ffn), vocab=shape["vocab"],
+        kv_heads=_optional(config, ("num_key_value_heads",), where) or shape["heads"],
+        ffn_hidden=ffn, vocab=shape["vocab"],
         mlp=Mlp.SWIGLU if gated else Mlp.GELU,
-        tied_embeddings=bool(config.get("tie_word_embeddings", not gated)),
+        tied_embeddings=_flag(config, "tie_word_embeddings", not gated, where),
         learned_positions=config.get("model_type") in ("gpt2", "gpt_bigcode", "opt"),
     )

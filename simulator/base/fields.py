@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -40,8 +41,9 @@ def integer(minimum: int) -> Check:
 def number(minimum: float, maximum: float = float("inf")) -> Check:
     def parse(path: str, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                minimum <= value <= maximum):
-            raise fail(path, value, f"must be a number in [{minimum:g}, {maximum:g}]")
+                minimum <= value <= maximum) or not math.isfinite(value):
+            raise fail(path, value, f"must be a number in [{minimum:g}, {maximum:g}]"
+                       if math.isfinite(maximum) else f"must be a finite number >= {minimum:g}")
         return float(value)
     return parse
 

@@ -12,6 +12,7 @@ Decimal prefixes (k, M, G, T, P) are powers of 1000; binary prefixes
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 
@@ -76,15 +77,20 @@ def parse_quantity(text: object, dimension: Dimension) -> float:
     if isinstance(text, bool) or not isinstance(text, str):
         raise UnitError(f"{text!r} needs a unit, e.g. {dimension.value}")
     stripped = text.strip()
+    value = None
     if dimension is Dimension.TIME:
         match = _TIME.match(stripped)
         if match:
-            return float(match["num"]) * _TIME_UNITS[match["unit"]]
+            value = float(match["num"]) * _TIME_UNITS[match["unit"]]
     else:
         match = _DATA.match(stripped)
         is_rate = bool(match and match["rate"])
         if match and is_rate == (dimension is Dimension.BANDWIDTH):
-            return _data_value(match)
+            value = _data_value(match)
+    if value is not None:
+        if not math.isfinite(value):
+            raise UnitError(f"{text!r} is too large to be a {dimension.name.lower()}")
+        return value
     raise UnitError(f"{text!r} is not a {dimension.name.lower()}; write e.g. {dimension.value}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 
 
@@ -30,12 +31,13 @@ def run(args: argparse.Namespace) -> int:
     if args.precision not in gpu.peak_flops:
         raise ScenarioError(f"--precision: {args.precision!r} is not one of "
                             f"{', '.join(gpu.peak_flops)} for {gpu.name}")
+    out = options.output_file(args.out, "--out")
     try:
         table = calibration.read_kernels(args.kernels)
         values = calibration.fit(table, gpu, args.precision)
     except calibration.CalibrationError as error:
         raise ScenarioError(str(error)) from None
-    calibration.write_calibration(args.out, gpu, values, table, str(args.kernels),
+    calibration.write_calibration(out, gpu, values, table, str(args.kernels),
                                   args.precision)
     print(f"calibration of {gpu.name} from {len(table)} kernels "
           f"({', '.join(f'{n} {k}' for k, n in table['kind'].value_counts().items())})")

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from simulator.cli import options
 from simulator.config.scenario import ScenarioError
+
+LARGE_FABRIC = 16_384  # GPUs from which building the fabric takes long enough to say so
 
 
 def add_parser(sub) -> None:
@@ -37,34 +41,48 @@ def run(args: argparse.Namespace) -> int:
     from simulator.collectives import nccl_tests
     from simulator.collectives.tuner import Collectives
     from simulator.config.scenario import apply_overrides, machine_from, network_from
+    from simulator.experiments import footprint
     from simulator.network.fabric import Fabric
 
+    csv = options.output_file(args.csv, "--csv") if args.csv else None
     sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
     raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)
     machine = machine_from(raw["cluster"])
     algorithm, protocol, _ = network_from({"algorithm": args.algorithm,
                                            "protocol": args.protocol}, machine)
+    if args.nodes < 1:
+        raise ScenarioError(f"--nodes: {args.nodes} must be at least 1")
     try:
         byte_sizes = nccl_tests.sizes(nccl_tests.parse_size(args.min_bytes),
-                                      nccl_tests.parse_size(args.max_bytes), args.factor)
+                                      nccl_tests.parse_size(args.max_bytes), args.factor,
+                                      nccl_tests.DTYPES[args.dtype])
         ranks = (nccl_tests.parse_ranks(args.group, machine.gpus) if args.group
                  else list(range(machine.gpus)))
     except ValueError as error:
         raise ScenarioError(f"collective: {error}") from None
     kind = Collective(args.op)
+    footprint.check_fabric(machine.gpus, "--nodes", args.nodes)
+    if machine.gpus >= LARGE_FABRIC:
+        print(f"building the fabric of {machine.gpus:,} GPUs (about {machine.gpus * 3e-4:.0f} s "
+              "on a 2-core machine) ...", file=sys.stderr, flush=True)
     graph = machine.build_graph()
     fabric = Fabric(graph)
     gpus = [graph.graph["gpus"][r] for r in (ranks[:2] if kind is Collective.SEND_RECV
                                                else ranks)]
     tuner = Collectives(fabric, algorithm, protocol)
-    rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype)
+    from tqdm import tqdm
+
+    with tqdm(total=len(byte_sizes), unit="size", file=sys.stderr, leave=False,
+              disable=None) as bar:  # shown on a terminal only
+        rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype,
+                                          bar.update)
     header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
               f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.name})",
               f"algorithm {args.algorithm}, protocol {args.protocol}"]
     print(nccl_tests.format_table(rows, header))
     print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
           f"{sum(r.events for r in rows):,} events")
-    if args.csv:
-        pd.DataFrame([r.__dict__ for r in rows]).to_csv(args.csv, index=False,
+    if csv:
+        pd.DataFrame([r.__dict__ for r in rows]).to_csv(csv, index=False,
                                                          float_format="%.9g")
     return 0

@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from simulator.outputs import comms_plot
 
     finished = run_dir.read(args.run_dir)
+    csv, histogram_csv, figure = (
+        options.output_file(args.csv, "--csv") if args.csv else None,
+        options.output_file(args.histogram_csv, "--histogram-csv") if args.histogram_csv
+        else None, options.figure(args.plot, "--plot") if args.plot else None)
     table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
     print(f"communication of {finished.name}: {len(finished.comms):,} calls and messages, "
           f"{format_bytes(float(finished.comms['bytes'].sum()))}")
@@ -31,10 +35,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     print("calls per message size (bins of powers of two):")
     print(comms.format_histogram(bins))
-    if args.csv:
-        table.to_csv(args.csv, index=False, float_format="%.9g")
-    if args.histogram_csv:
-        bins.to_csv(args.histogram_csv, index=False, float_format="%.9g")
-    if args.plot:
-        comms_plot.plot_histogram(bins, options.figure(args.plot, "--plot"), finished.name)
+    if csv:
+        table.to_csv(csv, index=False, float_format="%.9g")
+    if histogram_csv:
+        bins.to_csv(histogram_csv, index=False, float_format="%.9g")
+    if figure:
+        comms_plot.plot_histogram(bins, figure, finished.name)
     return 0

@@ -1,7 +1,13 @@
-"""Option parsers the commands share: times, figure paths, rank lists."""
+"""Option parsers the commands share: times, output paths, rank lists.
+
+Every path a command will write is checked (and its folder made) before the
+command does any work, so a typo in ``--out`` costs nothing and never leaves a
+traceback or a half-written result.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from simulator.base.units import UnitError, parse_time
@@ -20,10 +26,38 @@ def time_option(text: str | None, name: str) -> float | None:
 
 
 def figure(path: str | Path, option: str) -> Path:
-    """A figure path whose suffix names a format we write, or a one-line error."""
+    """A figure path whose suffix names a format we write, or a one-line error;
+    writable (``output_file``)."""
     path = Path(path)
     if path.suffix.lstrip(".") not in FORMATS:
         raise ScenarioError(f"{option}: {path.name} must end in one of .png, .pdf, .svg")
+    return output_file(path, option)
+
+
+def output_dir(path: str | Path, option: str) -> Path:
+    """A folder to write into: made if missing, and writable, or a one-line error."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ScenarioError(f"{option}: {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ScenarioError(f"{option}: cannot create the folder {path} "
+                            f"({error.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ScenarioError(f"{option}: the folder {path} is not writable")
+    return path
+
+
+def output_file(path: str | Path, option: str) -> Path:
+    """A file to write: its folder made if missing; the file writable, or a
+    one-line error."""
+    path = Path(path)
+    if path.is_dir():
+        raise ScenarioError(f"{option}: {path} is a folder; give a file name")
+    output_dir(path.parent, option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ScenarioError(f"{option}: {path} is not writable")
     return path
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from simulator.base.clock import STARTED
 from simulator.base.units import format_bytes, format_time
+from simulator.base.user_files import file_name
+from simulator.cli import options
 from simulator.config.scenario import load
 from simulator.outputs import run_dir
 from simulator.outputs.style import FORMATS
@@ -71,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = _STARTS.pop() if _STARTS else time.perf_counter()
     scenario = load(args.scenario, args.set)
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    out = options.output_dir(args.out or Path("runs") / file_name(scenario.name),
+                             "--out" if args.out else "name (the default --out runs/NAME)")
     result = simulate(scenario)
     run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
     if args.json:

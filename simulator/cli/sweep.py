@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
-
+from simulator.base.user_files import read_yaml
 from simulator.config.scenario import ScenarioError
 
 
@@ -34,23 +33,19 @@ def add_parser(sub) -> None:
 def _design(args: argparse.Namespace) -> tuple[Path, dict, dict]:
     from simulator.experiments import sweep
 
-    grid = dict(sweep.parse_axis(text, "--grid") for text in args.grid)
-    zipped = dict(sweep.parse_axis(text, "--zip") for text in args.zip)
-    raw = load_yaml_mapping(args.base)
-    if "base" in raw:  # a sweep file; command-line axes add to its own
+    grid = sweep.axes(args.grid, "--grid")
+    zipped = sweep.axes(args.zip, "--zip", grid)
+    raw = read_yaml(args.base, "scenario or sweep file")
+    if isinstance(raw, dict) and "base" in raw:  # a sweep file; command-line axes add to its own
         base, file_grid, file_zip = sweep.read_design(args.base)
+        for key in (*grid, *zipped):
+            if key in file_grid or key in file_zip:
+                raise ScenarioError(f"--grid/--zip: {key} is already an axis of {args.base}; "
+                                    "give its values in one place")
         return base, {**file_grid, **grid}, {**file_zip, **zipped}
     if not grid and not zipped:
         raise ScenarioError("sweep: give --grid KEY=V1,V2 (or --zip), or a sweep file")
     return Path(args.base), grid, zipped
-
-
-def load_yaml_mapping(path: str) -> dict:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ScenarioError(f"{path}: cannot read ({error})") from None
-    return raw if isinstance(raw, dict) else {}
 
 
 class _Bar:
@@ -85,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
               "command again to resume", file=sys.stderr)
         return 130
     table = results.table()
+    if invalid and len(invalid) == len(results.order):  # nothing could run
+        print(f"error: every case of the sweep is invalid ({len(invalid)}); the first: "
+              f"{next(iter(invalid.values()))} (all in {args.out}/invalid.csv)", file=sys.stderr)
+        return 2
     failed = table[table["status"] != "ok"] if len(table) else table
     print(f"{len(table)} cases in {args.out}/results.csv (and .parquet): "
           f"{len(table) - len(failed)} ok, {len(failed)} failed, {len(invalid)} invalid")

@@ -12,7 +12,6 @@ trace).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from simulator.cli import options
 from simulator.outputs import exports, run_dir
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     ranks = options.ranks_option(args.ranks, total) or list(range(total))
     spans = finished.spans_of(ranks)
     label = (args.ranks or "all").replace(",", "_")
-    out = Path(args.out) if args.out else finished.path / f"trace-{label}.json"
+    out = options.output_file(args.out or finished.path / f"trace-{label}.json", "--out")
     exports.write_chrome_trace(spans, finished.placement, out, finished.comms)
     print(f"{out}  ({len(spans):,} spans of {len(ranks)} rank(s))")
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simulator.cli import options
+
 
 def add_parser(sub) -> None:
     validate = sub.add_parser("validate", help="compare with published measurements",
@@ -22,6 +24,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.experiments import validate
+
+    csv = options.output_file(args.csv, "--csv") if args.csv else None
 
     cases = validate.select(validate.load_cases(), args.case, args.tag)
     if args.list:
@@ -48,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
         for g in groups.itertuples(index=False):
             print(f"{g.group:14} {g.cases:3} cases  mean |error| {g.mean_abs_error_pct:5.1f} %  "
                   f"worst {g.worst_abs_error_pct:5.1f} % ({g.worst_case})")
-    if args.csv:
-        table.to_csv(args.csv, index=False, float_format="%.6g")
+    if csv:
+        table.to_csv(csv, index=False, float_format="%.6g")
     return 0

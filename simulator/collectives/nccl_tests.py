@@ -12,8 +12,10 @@ alone.
 
 from __future__ import annotations
 
+import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.base.ir import Collective
@@ -47,14 +49,26 @@ def parse_size(text: str) -> int:
     return int(float(match[1]) * _BINARY[match[2].upper()])
 
 
-def sizes(minimum: int, maximum: int, factor: float) -> list[int]:
-    """Sizes from ``minimum`` to ``maximum`` inclusive, each ``factor`` times the last.
+MAX_SIZES = 1_000  # sizes one sweep may time (nccl-tests' own sweeps have tens)
+
+
+def sizes(minimum: int, maximum: int, factor: float, element: int = 1) -> list[int]:
+    """Sizes from ``minimum`` to ``maximum`` inclusive, each ``factor`` times the last;
+    at least one ``element`` (bytes) each, at most ``MAX_SIZES`` of them.
 
     >>> sizes(1024, 8192, 2)
     [1024, 2048, 4096, 8192]
     """
-    if minimum <= 0 or maximum < minimum or factor <= 1:
-        raise ValueError("need 0 < min-bytes <= max-bytes and factor > 1")
+    if minimum < element:
+        raise ValueError(f"min-bytes {minimum} is less than one element ({element} B)")
+    if maximum < minimum:
+        raise ValueError(f"max-bytes {maximum} is less than min-bytes {minimum}")
+    if not math.isfinite(factor) or factor <= 1:
+        raise ValueError(f"factor {factor} must be a finite number > 1")
+    count = math.floor(math.log(maximum / minimum) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SIZES:
+        raise ValueError(f"factor {factor} from {minimum} to {maximum} B gives {count:,} sizes; "
+                         f"at most {MAX_SIZES:,} (raise the factor or narrow the range)")
     out, size = [], float(minimum)
     while size <= maximum * (1 + 1e-12):
         out.append(int(round(size)))
@@ -75,6 +89,8 @@ def parse_ranks(text: str, total: int, minimum: int = 2) -> list[int]:
             lo, hi = int(first), int(last or first)
         except ValueError:
             raise ValueError(f"{part!r} is not a rank or a range like 0-7") from None
+        if lo > hi:
+            raise ValueError(f"{part!r}: the range starts after it ends")
         if not 0 <= lo <= hi < total:
             raise ValueError(f"{part!r} is outside ranks 0-{total - 1}")
         seen = set(ranks)
@@ -106,13 +122,17 @@ def time_alone(fabric: Fabric, tuner: Collectives, kind: Collective, gpus: list[
 
 
 def sweep(fabric: Fabric, tuner: Collectives, kind: Collective, gpus: list[str],
-          byte_sizes: list[int], dtype: str) -> list[Row]:
+          byte_sizes: list[int], dtype: str, done: Callable[[], object] | None = None
+          ) -> list[Row]:
+    """One row per size (``done()`` is called after each: a progress bar)."""
     rows = []
     for size in byte_sizes:
         seconds, events, algorithm, protocol = time_alone(fabric, tuner, kind, gpus, size)
         algbw = size / seconds / 1e9
         rows.append(Row(size, size // DTYPES[dtype], dtype, seconds * 1e6, algbw,
                         algbw * bus_factor(kind, len(gpus)), algorithm, protocol, events))
+        if done is not None:
+            done()
     return rows
 
 
@@ -131,8 +151,9 @@ def format_table(rows: list[Row], header: list[str]) -> str:
 
 
 def run_sweep(fabric: Fabric, tuner: Collectives, kind: Collective, gpus: list[str],
-              byte_sizes: list[int], dtype: str) -> tuple[list[Row], float]:
+              byte_sizes: list[int], dtype: str, done: Callable[[], object] | None = None
+              ) -> tuple[list[Row], float]:
     """Rows and the wall seconds the sweep took."""
     start = time.perf_counter()
-    rows = sweep(fabric, tuner, kind, gpus, byte_sizes, dtype)
+    rows = sweep(fabric, tuner, kind, gpus, byte_sizes, dtype, done)
     return rows, time.perf_counter() - start

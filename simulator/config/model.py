@@ -46,12 +46,22 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
                                 f"(one of {', '.join(MODELS)}) or layers, hidden, heads, vocab")
         base = {"name": "custom", "ffn_hidden": 4 * inline["hidden"],
                 "kv_heads": inline["heads"]}
+    if "heads" in inline and "kv_heads" not in inline and base["kv_heads"] == base.get("heads"):
+        base["kv_heads"] = inline["heads"]  # multi-head attention stays multi-head
     base.update(inline)
-    base.setdefault("kv_heads", base["heads"])
     base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
     if base["hidden"] % base["heads"]:
         raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']})")
     if base["heads"] % base["kv_heads"]:
+        given = "" if "kv_heads" in inline else (
+            f" (kv_heads {base['kv_heads']} comes from the {_origin(values)}; set model.kv_heads)")
         raise fail("model.kv_heads", base["kv_heads"],
-                    f"must divide model.heads ({base['heads']})")
+                   f"must divide model.heads ({base['heads']}){given}")
     return ModelSpec(**base)
+
+
+def _origin(values: dict[str, Any]) -> str:
+    """Where a model's unset keys come from, for errors."""
+    if values["preset"] is not None:
+        return f"preset {values['preset']}"
+    return "Hugging Face config" if values["hf_config"] is not None else "default"

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
-
 from simulator.base.fields import ScenarioError
+from simulator.base.user_files import yaml_value
 
 
 def set_key(raw: dict[str, Any], path: str, value: Any, source: str = "--set") -> None:
@@ -23,10 +22,11 @@ def set_key(raw: dict[str, Any], path: str, value: Any, source: str = "--set") -
 
 
 def apply_overrides(raw: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides; values are read as YAML scalars."""
+    """Apply ``key.path=value`` overrides; values are read as YAML (``null`` unsets
+    a key; an empty value is an error, not a silent unset)."""
     for assignment in assignments:
         path, sep, text = assignment.partition("=")
         if not sep or not path.strip():
             raise ScenarioError(f"--set: {assignment!r} must look like key.path=value")
-        set_key(raw, path, yaml.safe_load(text) if text.strip() else None)
+        set_key(raw, path, yaml_value(text, f"--set {path.strip()}"))
     return raw

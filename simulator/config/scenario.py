@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.base.fields import ScenarioError, boolean, choice, fail, integer, section, text
 from simulator.base.fields import unknown as unknown_key
+from simulator.base.user_files import finite_numbers, read_yaml
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.config.cluster import Machine, machine_from
 from simulator.config.model import model_from
@@ -95,6 +94,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     for key in raw:
         if key not in allowed:
             raise unknown_key("", key, allowed)
+    finite_numbers(raw, "")
     top = section("", {k: v for k, v in raw.items() if k in TOP_LEVEL}, TOP_LEVEL)
     machine = machine_from(raw.get("cluster"), base_dir)
     training = training_from(raw.get("training"), machine.gpu)
@@ -128,14 +128,7 @@ def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
 def read_raw(path: str | Path) -> dict[str, Any]:
     """A scenario file as a dict (``name`` defaults to the file's stem), unchecked."""
     file = Path(path)
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read the scenario file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{path}: not valid YAML{where}") from None
+    raw = read_yaml(file, "scenario file")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

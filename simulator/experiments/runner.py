@@ -32,7 +32,7 @@ from simulator.engine.records import (
     SPAN_TEXT,
     NotInLockstep,
 )
-from simulator.experiments import symmetry
+from simulator.experiments import footprint, symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
@@ -219,14 +219,20 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
 
 def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     wall = time.perf_counter()
+    program = build_program(scenario.model, scenario.training, scenario.parallel)
+    footprint.check_fabric(scenario.gpus, "cluster.nodes", scenario.machine.nodes)
+    if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
+        footprint.check_run(program, None)
     graph = scenario.machine.build_graph()
     fabric = Fabric(graph)
-    program = build_program(scenario.model, scenario.training, scenario.parallel)
     placement = graph.graph["gpus"][: program.ranks]
     durations = _durations(program, compute_model(scenario))
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
+    represents = method.options.get("represents")
+    footprint.check_run(program, None if method.full_because or not represents
+                        else list(represents))
     while True:
         try:
             jittered = method.durations(program, durations, scenario.seed,

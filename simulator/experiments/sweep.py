@@ -26,6 +26,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -37,6 +39,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from simulator.base.user_files import read_yaml, yaml_value
 from simulator.config.overrides import set_key
 from simulator.config.scenario import ScenarioError, from_dict, read_raw
 
@@ -68,7 +71,7 @@ class Case:
         return raw
 
 
-def split_values(text: str) -> list[Any]:
+def split_values(text: str, where: str = "value") -> list[Any]:
     """``"12.5 GB/s,25 GB/s"`` -> ``["12.5 GB/s", "25 GB/s"]``; each value is read as
     YAML (so ``1,2`` gives numbers); commas inside brackets or quotes stay.
 
@@ -91,7 +94,7 @@ def split_values(text: str) -> list[Any]:
             continue
         current += char
     parts.append(current)
-    return [yaml.safe_load(part) for part in parts if part.strip()]
+    return [yaml_value(part, where) for part in parts if part.strip()]
 
 
 def parse_axis(text: str, option: str) -> tuple[str, list[Any]]:
@@ -99,7 +102,21 @@ def parse_axis(text: str, option: str) -> tuple[str, list[Any]]:
     key, sep, values = text.partition("=")
     if not sep or not key.strip() or not values.strip():
         raise SweepError(f"{option}: {text!r} must look like key.path=value1,value2,...")
-    return key.strip(), split_values(values)
+    return key.strip(), split_values(values, f"{option} {key.strip()}")
+
+
+def axes(texts: Iterable[str], option: str, given: Mapping[str, list] | None = None
+         ) -> dict[str, list]:
+    """The axes of repeated ``option``s, refusing a key given twice (here or in
+    ``given``: the other option, or the sweep file) rather than keeping the last."""
+    out: dict[str, list] = {}
+    for text in texts:
+        key, values = parse_axis(text, option)
+        if key in out or key in (given or {}):
+            raise SweepError(f"{option}: {key} is given twice; give all its values in one "
+                             f"{option} {key}=V1,V2,...")
+        out[key] = values
+    return out
 
 
 def expand(grid: Mapping[str, list], zipped: Mapping[str, list] | None = None) -> list[Case]:
@@ -134,10 +151,7 @@ def read_design(path: str | Path) -> tuple[Path, dict, dict]:
     """A sweep file: ``base`` (scenario path, relative to the file), ``grid`` and
     ``zip`` (mappings of dotted key -> list of values)."""
     file = Path(path)
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise SweepError(f"{path}: cannot read the sweep file ({error})") from None
+    raw = read_yaml(file, "sweep file")
     if not isinstance(raw, dict) or "base" not in raw:
         raise SweepError(f"{path}: a sweep file needs 'base' (a scenario file) and 'grid' "
                          "and/or 'zip'")
@@ -147,6 +161,11 @@ def read_design(path: str | Path) -> tuple[Path, dict, dict]:
     for section in ("grid", "zip"):
         if not isinstance(raw.get(section) or {}, dict):
             raise SweepError(f"{section}: must map dotted keys to lists of values")
+    if not isinstance(raw["base"], str):
+        raise SweepError(f"{path}: base: {raw['base']!r} must be a scenario file's path")
+    both = set(raw.get("grid") or {}) & set(raw.get("zip") or {})
+    if both:
+        raise SweepError(f"{path}: {sorted(both)[0]} is in both grid and zip; give it once")
     return file.parent / raw["base"], dict(raw.get("grid") or {}), dict(raw.get("zip") or {})
 
 
@@ -206,15 +225,29 @@ class Results:
         self.order: dict[str, int] = {}  # case id -> position in the design
         self.refresh = refresh  # seconds between table rewrites while cases stream in
         self._written = 0.0
-        log = out / RESULTS
-        if log.exists():
-            for line in log.read_text().splitlines():
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by a crash: that case runs again
-                    self.rows[row["case"]] = row
+        self._repair(out / RESULTS)
+
+    def _repair(self, log: Path) -> None:
+        """Read the log; a line a crash cut short (no newline, or not JSON) is
+        dropped from the file, so the next row starts on a line of its own and the
+        case it held runs again once."""
+        if not log.exists():
+            return
+        data = log.read_bytes()
+        lines = data.split(b"\n")
+        kept = []
+        for line in lines[:-1]:  # the part after the last newline is never whole
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(row, dict) and "case" in row and "status" in row:
+                self.rows[row["case"]] = row
+                kept.append(line)
+        if len(kept) != len(lines) - 1 or lines[-1]:
+            partial = log.with_name(f".{log.name}.partial")
+            partial.write_bytes(b"".join(line + b"\n" for line in kept))
+            partial.replace(log)
 
     def finished(self, retry_failed: bool = False) -> set[str]:
         return {cid for cid, row in self.rows.items()
@@ -311,7 +344,8 @@ def execute(base: Mapping[str, Any], base_dir: Path | None, cases: list[Case],
         for case in cases:
             yield run_case(*args, case)
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_follow_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(run_case, *args, case) for case in cases]
             try:
                 for future in as_completed(futures):
@@ -319,6 +353,16 @@ def execute(base: Mapping[str, Any], base_dir: Path | None, cases: list[Case],
             finally:
                 for future in futures:
                     future.cancel()
+
+
+def _follow_parent(parent: int) -> None:
+    """In a worker: exit as soon as the sweep's process is gone (killed with -9, it
+    cannot stop its workers, which would otherwise finish their cases for nobody)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="follow-parent").start()
 
 
 def _on_dask(address: str, args: tuple, cases: list[Case]) -> Iterator[dict]:
@@ -358,7 +402,7 @@ def sweep(base_path: str | Path, grid: Mapping[str, list], zipped: Mapping[str, 
     _write_invalid(Path(out), cases, invalid)
     done = results.finished(retry_failed)
     todo = [case for case in good if case.id not in done]
-    bar = progress(len(good), len(good) - len(todo)) if progress else None
+    bar = progress(len(good), len(good) - len(todo)) if progress and good else None
     try:
         for row in execute(base, base_dir, todo, workers, dask):
             results.add(row)

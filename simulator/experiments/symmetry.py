@@ -82,7 +82,7 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     if scenario.gangs:
         return _gangs(base, program, placement, fabric, automatic=False,
                       replay=scenario.compute_jitter == 0)
-    why = _why_full(scenario, program, batch_compute)
+    why = why_full(scenario, program, batch_compute)
     if why:
         return Method(base, full_because=why)
     method = _gangs(base, program, placement, fabric, automatic=True,
@@ -162,7 +162,8 @@ def _planning(scenario: Scenario, batch_compute: bool) -> tuple[str, ...]:
     return ("layer_spans",) if scenario.layer_spans else ("batching",) if batch_compute else ()
 
 
-def _why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
+def why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
+    """Why every rank must be simulated ("" when symmetry may reduce them)."""
     if scenario.symmetry == "full":
         return "simulation.symmetry is full"
     if not batch_compute:
