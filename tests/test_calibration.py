@@ -106,7 +106,7 @@ def test_a_calibration_file_changes_compute_times_as_expected(tmp_path):
 @pytest.mark.parametrize(("changes", "message"), [
     ({"gpu": "h100-sxm-80gb"}, "cluster.calibration: .* was fitted for gpu 'h100-sxm-80gb', "
                                "but the cluster's GPU is 'a100-sxm-80gb'"),
-    ({"gemm_efficiency": 1.4}, "cluster.calibration: gemm_efficiency 1.4 must be in \\(0, 1\\]"),
+    ({"gemm_efficiency": 1.4}, "cluster.calibration: gemm_efficiency 1.4 must be in \\[0.01, 1\\]"),
     ({"speed": 2}, "cluster.calibration: unknown key 'speed'"),
 ])
 def test_bad_calibration_files_are_refused(tmp_path, changes, message):
@@ -135,8 +135,11 @@ def test_calibrate_command_end_to_end(tmp_path, capsys):
 
 @pytest.mark.parametrize(("csv", "message"), [
     ("kind,seconds\nmatmul,1\n", "line 2: kind 'matmul' is not one of gemm, attention, memory"),
-    ("kind,m,n,seconds\ngemm,1,2,1\n", "line 2: a gemm row needs positive k"),
+    ("kind,m,n,seconds\ngemm,1,2,1\n", "line 2: k (no such column) must be a positive number"),
     ("name,seconds\nx,1\n", "no 'kind' column"),
+    ("kind,bytes,seconds\nmemory,1000,abc\n", "line 2: seconds 'abc' must be a positive number"),
+    ("kind,bytes,seconds\nmemory,1000,nan\n", "line 2: seconds"),
+    ("kind,name,m,n,k,flops,bytes,seconds\n", "the kernel table has no rows"),
 ])
 def test_bad_kernel_tables_exit_2(tmp_path, capsys, csv, message):
     path = tmp_path / "k.csv"
@@ -158,3 +161,15 @@ def test_measure_kernels_uses_the_simulators_gemm_shapes():
     assert shapes["fc2"] == (2048, 4096, 4 * 4096 // 2)
     assert shapes["square8192"] == (8192, 8192, 8192)
     assert module.COLUMNS == ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds")
+
+
+def test_a_fit_outside_what_a_scenario_accepts_is_refused(tmp_path, capsys):
+    """Two memory rows of one size cannot separate bandwidth from overhead; the
+    fallback's figure (0.05 % of HBM bandwidth) is refused, not written as 0.0."""
+    path = tmp_path / "k.csv"
+    path.write_text("kind,bytes,seconds\nmemory,1000000,0.001\nmemory,1000000,0.0011\n")
+    out = tmp_path / "c.yaml"
+    code = main(["calibrate", str(path), "--gpu", "a100-sxm-80gb", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "memory_efficiency: the table gives 0.000468, outside [0.01, 1]" in err
+    assert not out.exists()

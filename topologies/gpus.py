@@ -10,6 +10,7 @@ them (``calibrated``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,22 +46,28 @@ CALIBRATION_FIELDS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency"
 DATA = Path(__file__).resolve().parent / "data" / "gpus"
 
 
+MIN_EFFICIENCY = 0.01  # below 1 % of a peak, a figure is a unit mistake, not a GPU
+# (the same floor as a scenario's link efficiencies, ``base.fields.EFFICIENCY``)
+
+
 class GpuFileError(ValueError):
     """A GPU or calibration file that does not hold what it should."""
 
 
 def check_calibration(values: Mapping[str, object], where: str) -> dict[str, float]:
-    """The five efficiency figures from ``values``, checked: efficiencies in (0, 1],
-    ``gemm_half_dim`` and ``kernel_overhead`` (seconds) not negative."""
+    """The five efficiency figures from ``values``, checked: efficiencies in
+    [``MIN_EFFICIENCY``, 1], ``gemm_half_dim`` and ``kernel_overhead`` (seconds)
+    finite and not negative."""
     out = {}
     for key in CALIBRATION_FIELDS:
         value = values.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GpuFileError(f"{where}: {key} {value!r} must be a number")
         bounded = key.endswith("efficiency")
-        if (bounded and not 0.0 < value <= 1.0) or value < 0.0:
+        if not math.isfinite(value) or (bounded and not MIN_EFFICIENCY <= value <= 1.0) or (
+                value < 0.0):
             raise GpuFileError(f"{where}: {key} {value!r} must be "
-                               + ("in (0, 1]" if bounded else ">= 0"))
+                               + (f"in [{MIN_EFFICIENCY}, 1]" if bounded else "finite, >= 0"))
         out[key] = float(value)
     unknown = set(values) - set(CALIBRATION_FIELDS) - {"gpu", "fit"}
     if unknown:

@@ -37,7 +37,7 @@ import yaml
 
 from simulator.base.ir import KernelClass, Op, OpKind, Phase
 from simulator.compute.model import ComputeModel
-from topologies.gpus import CALIBRATION_FIELDS, GpuSpec, calibrated
+from topologies.gpus import CALIBRATION_FIELDS, MIN_EFFICIENCY, GpuSpec, calibrated
 
 KINDS = {"gemm": KernelClass.GEMM, "attention": KernelClass.ATTENTION,
          "memory": KernelClass.ELEMENTWISE}
@@ -59,18 +59,23 @@ def read_kernels(path: str | Path) -> pd.DataFrame:
         if column not in table.columns:
             raise CalibrationError(f"{path}: no {column!r} column (columns: kind, name, m, n, "
                                    "k, flops, bytes, seconds)")
+    if table.empty:
+        raise CalibrationError(f"{path}: the kernel table has no rows")
     table = table.copy()
-    for column in ("m", "n", "k", "flops", "bytes"):
+    written = table.copy()
+    for column in ("m", "n", "k", "flops", "bytes", "seconds"):
         table[column] = pd.to_numeric(table.get(column), errors="coerce")
     for row, record in enumerate(table.to_dict("records"), start=2):  # line in the file
         kind = str(record["kind"]).strip().lower()
         if kind not in KINDS:
             raise CalibrationError(f"{path}: line {row}: kind {record['kind']!r} is not one of "
                                    + ", ".join(KINDS))
-        missing = [c for c in REQUIRED[kind] if not record[c] > 0]
-        if missing or not float(record["seconds"]) > 0:
-            raise CalibrationError(f"{path}: line {row}: a {kind} row needs positive "
-                                   + ", ".join(missing or ["seconds"]))
+        for column in (*REQUIRED[kind], "seconds"):
+            if not (record[column] > 0 and np.isfinite(record[column])):
+                given = (repr(written.at[row - 2, column]) if column in written.columns
+                         else "(no such column)")
+                raise CalibrationError(f"{path}: line {row}: {column} {given} must be a "
+                                       f"positive number in a {kind} row")
     table["kind"] = table["kind"].str.strip().str.lower()
     gemm = table["kind"] == "gemm"
     mnk = table["m"] * table["n"] * table["k"]
@@ -123,9 +128,10 @@ def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str,
               "attention_efficiency": attention_efficiency,
               "memory_efficiency": memory_efficiency, "kernel_overhead": overhead}
     for key in CALIBRATION_FIELDS:
-        if key.endswith("efficiency") and not 0 < values[key] <= 1:
-            raise CalibrationError(f"{key}: the table gives {values[key]:.3f}, outside "
-                                   "(0, 1]; are the times per call and the GPU right?")
+        if key.endswith("efficiency") and not MIN_EFFICIENCY <= values[key] <= 1:
+            raise CalibrationError(f"{key}: the table gives {values[key]:.3g}, outside "
+                                   f"[{MIN_EFFICIENCY}, 1] (the range a scenario accepts); are the "
+                                   "times per call, the sizes and the GPU right?")
     return {k: float(v) for k, v in values.items()}
 
 
@@ -148,8 +154,7 @@ def write_calibration(path: str | Path, gpu: GpuSpec, values: Mapping[str, float
     """A calibration file: the GPU, the five figures, and how well they fit."""
     errors = 100 * (modelled(table, gpu, values, precision) / table["seconds"] - 1)
     text = yaml.safe_dump({
-        "gpu": gpu.name, **{k: round(values[k], 6) if k != "kernel_overhead"
-                            else float(f"{values[k]:.6g}") for k in CALIBRATION_FIELDS},
+        "gpu": gpu.name, **{k: float(f"{values[k]:.6g}") for k in CALIBRATION_FIELDS},
         "fit": {"source": source, "precision": precision, "rows": int(len(table)),
                 "kinds": {k: int(v) for k, v in table["kind"].value_counts().items()},
                 "mean_abs_error_pct": round(float(np.mean(np.abs(errors))), 3),

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from simulator.base.fields import (
     REQUIRED,
@@ -22,6 +21,7 @@ from simulator.base.fields import (
     section,
     text,
 )
+from simulator.base.user_files import read_yaml
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.gpus import GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError
@@ -113,10 +113,9 @@ def _calibration(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise fail("cluster.calibration", path_text, f"must be a readable calibration file "
-                                                      f"({error})") from None
+        raw = read_yaml(path, "calibration file")
+    except ScenarioError as error:
+        raise ScenarioError(f"cluster.calibration: {error}") from None
     if not isinstance(raw, dict):
         raise fail("cluster.calibration", path_text, "must hold a mapping of efficiencies")
     if raw.get("gpu") != gpu.name:
