@@ -121,10 +121,32 @@ def nested(spec: type) -> Check:
     return lambda path, value: spec(**section(path, value, schema_of(spec)))
 
 
+# Names users bring from Megatron-LM, DeepSpeed and papers, for the keys we spell
+# shorter: a typo of one of them is matched against both spellings.
+ALIASES = {
+    "tensor_parallel": "tp", "tensor_model_parallel_size": "tp",
+    "pipeline_parallel": "pp", "pipeline_model_parallel_size": "pp",
+    "data_parallel": "dp", "context_parallel": "cp", "context_parallel_size": "cp",
+    "virtual_pipeline_model_parallel_size": "virtual_stages", "zero_stage": "zero",
+    "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
+    "seq_length": "seq_len", "sequence_length": "seq_len",
+    "num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+    "num_query_groups": "kv_heads", "ffn_hidden_size": "ffn_hidden", "vocab_size": "vocab",
+}
+
+
 def unknown(path: str, key: object, allowed: Iterable[str]) -> ScenarioError:
+    """An unknown key's error, with the closest allowed key (or the key a known
+    alias stands for: ``tensor_paralel`` -> ``tp``) as a hint.
+
+    >>> str(unknown("parallelism", "tensor_paralel", ["tp", "sequence_parallel"]))
+    "parallelism.tensor_paralel: unknown key (did you mean 'tp'?); allowed: sequence_parallel, tp"
+    """
     names = sorted(allowed)
-    close = difflib.get_close_matches(str(key), names, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    spellings = {**{alias: name for alias, name in ALIASES.items() if name in names},
+                 **{name: name for name in names}}
+    close = difflib.get_close_matches(str(key), list(spellings), n=1)
+    hint = f" (did you mean {spellings[close[0]]!r}?)" if close else ""
     prefix = f"{path}." if path else ""
     return ScenarioError(f"{prefix}{key}: unknown key{hint}; allowed: {', '.join(names)}")
 

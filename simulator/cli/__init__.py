@@ -15,7 +15,8 @@
     clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
 
-Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr).
+Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr),
+3 internal error (a bug: one line on stderr, the traceback saved to a file).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
 
 from simulator.cli import (
@@ -73,6 +76,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `clustersim presets | head`: the reader left
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except Exception as error:  # noqa: BLE001 - a bug: one line, the details kept in a file
+        where = _save_traceback(getattr(args, "crash_dir", None))
+        print(f"internal error: {type(error).__name__}: {error} (a clustersim bug; please "
+              f"report it with {where})", file=sys.stderr)
+        return 3
+
+
+def _save_traceback(folder: str | None) -> str:
+    """Write the current exception's traceback to ``folder`` (the run directory,
+    when the command got that far) or the temporary folder; return the path."""
+    text = traceback.format_exc()
+    for place in (folder, tempfile.gettempdir()):
+        if place is None:
+            continue
+        path = os.path.join(place, f"clustersim-error-{os.getpid()}.txt")
+        try:
+            with open(path, "w") as file:
+                file.write(text)
+            return path
+        except OSError:
+            continue
+    return "the traceback: it could not be saved"
 
 
 def console() -> None:

@@ -37,11 +37,11 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from simulator.base import footprint
     from simulator.base.ir import Collective
     from simulator.collectives import nccl_tests
     from simulator.collectives.tuner import Collectives
     from simulator.config.scenario import apply_overrides, machine_from, network_from
-    from simulator.experiments import footprint
     from simulator.network.fabric import Fabric
 
     csv = options.output_file(args.csv, "--csv") if args.csv else None

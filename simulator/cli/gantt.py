@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from simulator.base.units import format_time
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
@@ -37,9 +38,23 @@ def run(args: argparse.Namespace) -> int:
     out = options.figure(args.out or finished.path / f"gantt.{args.format}", "--out")
     ranks = options.ranks_option(args.ranks, total)
     spans = finished.spans if ranks is None else finished.spans_of(ranks)
+    _check_window(start, end, spans)
     plot_gantt(spans, out, finished.name, ranks=ranks, start=start, end=end,
                streams=args.streams, group=False if args.no_group else None,
                breakdown=not args.no_breakdown,
                classes=finished.classes() if ranks is None else None)
     print(out)
     return 0
+
+
+def _check_window(start: float | None, end: float | None, spans) -> None:
+    """A window that holds no part of the run is a mistake, not an empty chart."""
+    if not len(spans):
+        return
+    first, last = float(spans["start"].min()), float(spans["end"].max())
+    if start is not None and start >= last:
+        raise ScenarioError(f"--from: {format_time(start)} is at or after the run's end "
+                            f"({format_time(last)})")
+    if end is not None and end <= first:
+        raise ScenarioError(f"--to: {format_time(end)} is at or before the run's start "
+                            f"({format_time(first)})")

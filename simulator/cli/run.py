@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario, args.set)
     out = options.output_dir(args.out or Path("runs") / file_name(scenario.name),
                              "--out" if args.out else "name (the default --out runs/NAME)")
+    args.crash_dir = str(out)  # an internal error's traceback goes here
     result = simulate(scenario)
     run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
     if args.json:

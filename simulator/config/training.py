@@ -4,6 +4,7 @@ the layout checks of the parallel strategies (``workloads.program.check``)."""
 
 from __future__ import annotations
 
+from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
 from topologies import GpuSpec
 from workloads.models import ModelSpec
@@ -46,6 +47,9 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
 
 
 def check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
+    """The layout's own rules (``workloads.program.check``), after refusing one too
+    large to build at all (checking it builds its pipeline schedule)."""
+    footprint.check_layout(model.layers, parallel.micro_batches(training))
     try:
         check(model, training, parallel)
     except (LayoutError, ScheduleError) as error:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, summarize
+from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
 from simulator.compute.model import ComputeModel
@@ -32,7 +33,7 @@ from simulator.engine.records import (
     SPAN_TEXT,
     NotInLockstep,
 )
-from simulator.experiments import footprint, symmetry
+from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 

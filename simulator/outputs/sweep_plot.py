@@ -53,6 +53,21 @@ def check_columns(table: pd.DataFrame, columns: dict[str, str | None]) -> None:
             raise ValueError(f"{option}: no column {column!r} in the results{hint}")
 
 
+INPUTS = ("seed", "cluster.", "model.", "training.", "parallelism.", "network.", "simulation.")
+
+
+def _one_point_per_x(part: pd.DataFrame, x: str, hue: str | None) -> None:
+    """A line needs one case per x: where several share an x, another swept key
+    varies too, and a line through them would zig-zag between unrelated cases."""
+    if not part[x].duplicated().any():
+        return
+    varying = [c for c in part.columns if c.startswith(INPUTS) and c not in (x, hue)
+               and part[c].astype(str).nunique() > 1]
+    which = f" ({', '.join(varying)} also varies)" if varying else ""
+    raise ValueError(f"--x: several cases share one {x} in a line{which}; give --hue "
+                     f"{varying[0] if varying else 'KEY'} for one line per value")
+
+
 def line_figure(table: pd.DataFrame, x: str, y: str, hue: str | None = None,
                 title: str = "") -> Figure:
     """``y`` against ``x``, one line per value of ``hue``."""
@@ -64,6 +79,8 @@ def line_figure(table: pd.DataFrame, x: str, y: str, hue: str | None = None,
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     groups = [(None, ok)] if hue is None else [(h, ok[ok[hue] == h]) for h in _ordered(ok[hue])]
+    for _, part in groups:
+        _one_point_per_x(part, x, hue)
     for n, (label, part) in enumerate(groups):
         part = part.assign(_x=part[x].map(position)).sort_values("_x")
         ax.plot(part["_x"], part[y], marker="o", color=OKABE_ITO[n % len(OKABE_ITO)],

@@ -1,6 +1,8 @@
 """How much memory a run will need, estimated before it starts, so that a
 scenario too large for the machine is refused at once with the figure instead
-of failing with a MemoryError minutes later.
+of failing with a MemoryError minutes (or hours) later: the layout when the
+scenario is loaded (before its schedule is built), the fabric before its
+graph is built, the simulated ranks' ops once the method is chosen.
 
 The estimate counts the two things that grow with a scenario: the fabric graph
 (per GPU: its NetworkX nodes and edges, routes and the fabric's indices) and
@@ -23,6 +25,8 @@ from simulator.base.ir import Program
 
 GRAPH_BYTES_PER_GPU = 6_000  # measured 4,990-5,310 B (see above)
 BYTES_PER_OP = 550  # measured 467-544 B per op of a simulated rank (see above)
+MIN_OPS_PER_LAYER = 8  # ops per layer and micro-batch, at least: measured 11.7 for a
+# data-parallel GPT without tensor parallelism (forward, backward, gradient buckets)
 
 
 def machine_memory() -> int | None:
@@ -36,7 +40,18 @@ def machine_memory() -> int | None:
 def check_fabric(gpus: int, field: str, value: object, memory: int | None = None) -> None:
     """Refuse a fabric whose graph alone would not fit in the machine's memory."""
     need = gpus * GRAPH_BYTES_PER_GPU
-    _refuse_over(need, memory, field, value, f"the fabric graph of {gpus:,} GPUs")
+    _refuse_over(need, memory, field, value, f"the fabric graph of {gpus:,} GPUs",
+                 "simulate fewer GPUs")
+
+
+def check_layout(layers: int, microbatches: int, memory: int | None = None) -> None:
+    """Refuse, before the program is built, a layout whose pipeline alone (one rank
+    per stage, ``microbatches`` through ``layers``) could not fit in memory: a
+    global batch of 2**40 would otherwise spend hours building its ops."""
+    ops = layers * microbatches * MIN_OPS_PER_LAYER
+    _refuse_over(ops * BYTES_PER_OP, memory, "training.global_batch", None,
+                 f"{microbatches:,} micro-batches x {layers:,} layers (at least {ops:,} ops)",
+                 "give a smaller global batch or a larger micro-batch")
 
 
 def check_run(program: Program, simulated: list[int] | None, memory: int | None = None
@@ -47,15 +62,17 @@ def check_run(program: Program, simulated: list[int] | None, memory: int | None 
     ops = sum(len(program.ops[r]) for r in ranks)
     what = (f"{len(ranks):,} simulated ranks x {ops // max(1, len(ranks)):,} ops "
             f"({ops:,} ops)")
-    _refuse_over(ops * BYTES_PER_OP, memory, "cluster.nodes", None, what)
+    _refuse_over(ops * BYTES_PER_OP, memory, "cluster.nodes", None, what,
+                 "simulate fewer GPUs (or, with compute jitter, set simulation.jitter: "
+                 "approximate to run one rank per class)")
 
 
-def _refuse_over(need: int, memory: int | None, field: str, value: object, what: str) -> None:
+def _refuse_over(need: int, memory: int | None, field: str, value: object, what: str,
+                 advice: str) -> None:
     memory = machine_memory() if memory is None else memory
     if memory is None or need <= memory:
         return
     shown = "" if value is None else f"{value!r}: "
     raise ScenarioError(
         f"{field}: {shown}{what} need about {need / 2**30:,.1f} GiB, more than this "
-        f"machine's {memory / 2**30:,.1f} GiB; simulate fewer GPUs (or, with compute jitter, "
-        "set simulation.jitter: approximate to run one rank per class)")
+        f"machine's {memory / 2**30:,.1f} GiB; {advice}")
