@@ -133,11 +133,20 @@ def _check_nodes(graph: nx.DiGraph) -> list[str]:
                     raise GraphFileError(f"node {name}: {key} must be an integer")
         if kind == "gpu":
             nic = data.get("nic")
-            if nic is not None and not graph.has_edge(name, nic):
-                raise GraphFileError(f"node {name}: nic {nic!r} is not linked to it")
+            if "nic" in data and not isinstance(nic, str):
+                raise GraphFileError(f"node {name}: nic {nic!r} must be the name of a NIC "
+                                     "node (or leave the key out)")
+            if nic is not None and not (graph.has_edge(name, nic) and graph.has_edge(nic, name)):
+                raise GraphFileError(f"node {name}: nic {nic!r} is not linked to it both ways "
+                                     "(a GPU sends and receives through its NIC)")
             gpus.append(name)
     if not gpus:
         raise GraphFileError("the fabric has no node of kind gpu")
+    if len({graph.nodes[g]["node"] for g in gpus}) > 1:  # traffic between servers
+        for gpu in gpus:
+            if graph.nodes[gpu].get("nic") is None:
+                raise GraphFileError(f"node {gpu}: needs a nic: with several servers, its "
+                                     "traffic to the others leaves through one")
     return sorted(gpus, key=lambda g: (graph.nodes[g]["node"], graph.nodes[g]["local"]))
 
 

@@ -59,15 +59,32 @@ def _flag(config: dict, name: str, default: bool, path: str) -> bool:
     return value
 
 
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refusing a key given twice (``json`` keeps the last silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{key}: given twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> float:
+    """JSON's non-standard NaN and Infinity, refused: no model size is one."""
+    raise ValueError(f"{name} is not a number a model size can be")
+
+
 def model_from_hf(path: str | Path) -> ModelSpec:
     """The transformer a Hugging Face config describes."""
     file = Path(path)
     try:
-        config = json.loads(read_text(file, "Hugging Face config"))
-    except ScenarioError as error:
-        raise HfConfigError(str(error)) from None
-    except json.JSONDecodeError as error:
-        raise HfConfigError(f"{path}: not JSON (line {error.lineno})") from None
+        config = json.loads(read_text(file, "Hugging Face config"),
+                            object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except (ScenarioError, ValueError) as error:
+        if isinstance(error, json.JSONDecodeError):
+            raise HfConfigError(f"{path}: not JSON (line {error.lineno})") from None
+        raise HfConfigError(f"{path}: {error}" if not isinstance(error, ScenarioError)
+                            else str(error)) from None
     if not isinstance(config, dict):
         raise HfConfigError(f"{path}: must be a JSON object")
     where = str(path)

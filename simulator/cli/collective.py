@@ -45,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from simulator.network.fabric import Fabric
 
     csv = options.output_file(args.csv, "--csv") if args.csv else None
+    if args.nodes < 1:
+        raise ScenarioError(f"--nodes: {args.nodes} must be at least 1")
     sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
     raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)
     machine = machine_from(raw["cluster"])
     algorithm, protocol, _ = network_from({"algorithm": args.algorithm,
                                            "protocol": args.protocol}, machine)
-    if args.nodes < 1:
-        raise ScenarioError(f"--nodes: {args.nodes} must be at least 1")
     try:
         byte_sizes = nccl_tests.sizes(nccl_tests.parse_size(args.min_bytes),
                                       nccl_tests.parse_size(args.max_bytes), args.factor,

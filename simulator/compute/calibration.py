@@ -28,6 +28,7 @@ against measured time.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,7 +36,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from simulator.base.fields import ScenarioError
 from simulator.base.ir import KernelClass, Op, OpKind, Phase
+from simulator.base.user_files import read_text
 from simulator.compute.model import ComputeModel
 from topologies.gpus import CALIBRATION_FIELDS, MIN_EFFICIENCY, GpuSpec, calibrated
 
@@ -51,20 +54,45 @@ class CalibrationError(ValueError):
 def read_kernels(path: str | Path) -> pd.DataFrame:
     """A kernel table, checked: known kinds, the columns each kind needs, positive
     times. GEMM flops default to 2mnk and bytes to bf16 operands."""
-    try:
-        table = pd.read_csv(path)
-    except (OSError, ValueError) as error:
-        raise CalibrationError(f"{path}: cannot read the kernel table ({error})") from None
+    table = _read_csv(path)
     for column in ("kind", "seconds"):
         if column not in table.columns:
             raise CalibrationError(f"{path}: no {column!r} column (columns: kind, name, m, n, "
                                    "k, flops, bytes, seconds)")
     if table.empty:
         raise CalibrationError(f"{path}: the kernel table has no rows")
-    table = table.copy()
-    written = table.copy()
+    written, table = table, table.copy()
     for column in ("m", "n", "k", "flops", "bytes", "seconds"):
         table[column] = pd.to_numeric(table.get(column), errors="coerce")
+    _check_rows(path, table, written)
+    table["kind"] = table["kind"].str.strip().str.lower()
+    gemm = table["kind"] == "gemm"
+    mnk = table["m"] * table["n"] * table["k"]
+    table.loc[gemm & table["flops"].isna(), "flops"] = 2.0 * mnk
+    table.loc[gemm & table["bytes"].isna(), "bytes"] = 2.0 * (
+        table["m"] * table["k"] + table["k"] * table["n"] + table["m"] * table["n"])
+    return table.fillna({"flops": 0.0, "bytes": 0.0})
+
+
+def _read_csv(path: str | Path) -> pd.DataFrame:
+    """The CSV as written (UTF-8, each column named once), or a CalibrationError."""
+    try:
+        text = read_text(path, "kernel table")
+        table = pd.read_csv(io.StringIO(text))
+    except ScenarioError as error:
+        raise CalibrationError(str(error)) from None
+    except ValueError as error:
+        raise CalibrationError(f"{path}: cannot read the kernel table ({error})") from None
+    header = [name.strip() for name in text.splitlines()[0].split(",")]
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise CalibrationError(f"{path}: the column {twice[0]!r} is given twice")
+    return table
+
+
+def _check_rows(path: str | Path, table: pd.DataFrame, written: pd.DataFrame) -> None:
+    """Each row: a known kind, its required columns positive and finite, the
+    optional ones finite (``written``: the cells as written, for the errors)."""
     for row, record in enumerate(table.to_dict("records"), start=2):  # line in the file
         kind = str(record["kind"]).strip().lower()
         if kind not in KINDS:
@@ -76,13 +104,10 @@ def read_kernels(path: str | Path) -> pd.DataFrame:
                          else "(no such column)")
                 raise CalibrationError(f"{path}: line {row}: {column} {given} must be a "
                                        f"positive number in a {kind} row")
-    table["kind"] = table["kind"].str.strip().str.lower()
-    gemm = table["kind"] == "gemm"
-    mnk = table["m"] * table["n"] * table["k"]
-    table.loc[gemm & table["flops"].isna(), "flops"] = 2.0 * mnk
-    table.loc[gemm & table["bytes"].isna(), "bytes"] = 2.0 * (
-        table["m"] * table["k"] + table["k"] * table["n"] + table["m"] * table["n"])
-    return table.fillna({"flops": 0.0, "bytes": 0.0})
+        for column in ("flops", "bytes"):  # optional where not required: finite if given
+            if record[column] == record[column] and not np.isfinite(record[column]):
+                raise CalibrationError(f"{path}: line {row}: {column} "
+                                       f"{written.at[row - 2, column]!r} is not finite")
 
 
 def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec) -> tuple[float, float]:

@@ -7,6 +7,7 @@ the CLI) that joins ``topologies``, ``workloads`` and the engine.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from simulator.engine.records import (
     SPAN_DTYPES,
     SPAN_TEXT,
     NotInLockstep,
+    SimulationError,
 )
 from simulator.experiments import symmetry
 from simulator.network.fabric import Fabric
@@ -258,6 +260,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
             spans = result.expand(spans, nodes=nodes)
         else:  # keep one timeline per class; any rank's is expanded when asked for
             folded = result.expand
+    if not math.isfinite(summary["iteration_time_s"]):  # never a result to keep
+        raise SimulationError(f"the iteration time came out as {summary['iteration_time_s']}")
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                    **program.notes, events=result.events,
@@ -278,4 +282,6 @@ def _comms(log: CallLog) -> pd.DataFrame:
     dimension = groups.map({g: str(g).split(".")[0] for g in groups.cat.categories})
     comms.insert(0, "dimension", dimension.astype("category"))
     comms["wait"] = comms["start"] - comms["first_arrival"]
+    if comms["bytes"].dtype == object:  # a count past int64 (a vast model): as floats
+        comms["bytes"] = comms["bytes"].astype(float)
     return comms

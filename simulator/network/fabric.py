@@ -98,6 +98,11 @@ class Fabric:
                 nodes = self.routing.path(src, dst)
             except RoutingError as error:
                 raise FabricError(str(error)) from None
+            missing = [(a, b) for a, b in zip(nodes, nodes[1:], strict=False)
+                       if (a, b) not in self.index]
+            if missing:
+                raise FabricError(f"the route {src} -> {dst} needs the link {missing[0][0]} -> "
+                                  f"{missing[0][1]}, which the fabric does not have")
             links = tuple(self.index[(a, b)] for a, b in zip(nodes, nodes[1:], strict=False))
             cached = Route(links, float(self.latency[list(links)].sum()), self._transport(links))
             self._routes[key] = cached

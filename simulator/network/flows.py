@@ -225,7 +225,7 @@ class Network:
         component = self._components[ident]
         live: list[_Transfer] = []
         for t in component.transfers:
-            finished = finished_flows(t.remaining, t.size, t.rate)
+            finished = finished_flows(t.remaining, t.size, t.rate, self.env.now)
             t.remaining[finished] = 0.0
             if t.parts:
                 self._parts_finished(t, finished)

@@ -76,9 +76,15 @@ def _max_min_small(pair_flow: list[int], pair_link: list[int], capacity: np.ndar
     return rates
 
 
-def finished_flows(remaining: np.ndarray, size: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    """Flows whose bytes left are zero up to rounding (relative to size or rate)."""
-    return remaining <= np.maximum(size * 1e-9, rate * 1e-12)
+def finished_flows(remaining: np.ndarray, size: np.ndarray, rate: np.ndarray,
+                   now: float = 0.0) -> np.ndarray:
+    """Flows whose bytes left are zero up to rounding (relative to size or rate),
+    or would take less time than the clock can still resolve at ``now`` (else a
+    very long run would wait for a step that does not move the clock, forever)."""
+    done = remaining <= np.maximum(size * 1e-9, rate * 1e-12)
+    if now > 0.0:
+        done |= remaining <= rate * (np.spacing(now) * 4.0)
+    return done
 
 
 def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
