@@ -141,7 +141,7 @@ def test_calibrate_command_end_to_end(tmp_path, capsys):
     ("kind,bytes,seconds\nmemory,1000,nan\n", "line 2: seconds"),
     ("kind,name,m,n,k,flops,bytes,seconds\n", "the kernel table has no rows"),
     ("kind,seconds,seconds\nmemory,1,2\n", "the column 'seconds' is given twice"),
-    ("kind,bytes,flops,seconds\nmemory,1000,inf,1\n", "line 2: flops 'inf' is not finite"),
+    ("kind,bytes,flops,seconds\nmemory,1000,inf,1\n", "line 2: flops inf is not finite"),
 ])
 def test_bad_kernel_tables_exit_2(tmp_path, capsys, csv, message):
     path = tmp_path / "k.csv"

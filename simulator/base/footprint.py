@@ -10,10 +10,10 @@ the simulated ranks' ops (per op: its spans, its end time, its share of the
 communication log and of the outputs' tables). The bytes per item are measured,
 not modelled: CPython 3.11 on the development machine, DGX A100 fabrics of
 2,048 and 8,192 GPUs (4.99 and 5.31 KB per GPU) and data-parallel runs of
-1.15 M and 4.6 M ops (544 and 467 B per op at the run's peak), rounded up.
-They are Python's object sizes, so they hold on any machine within a factor
-of about two, which is all a refusal needs: we refuse only what would need
-more than the machine's whole memory.
+1.15 M and 4.6 M ops (544 and 467 B per op at the run's peak); a pipelined
+1,536-rank validation case (63 M ops) peaks below 400 B per op. The figures
+used are lower bounds (200 B per op), so only a run that certainly cannot fit
+in the machine's whole memory is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from simulator.base.fields import ScenarioError
 from simulator.base.ir import Program
 
 GRAPH_BYTES_PER_GPU = 6_000  # measured 4,990-5,310 B (see above)
-BYTES_PER_OP = 550  # measured 467-544 B per op of a simulated rank (see above)
+BYTES_PER_OP = 200  # at least: below every measurement (see above), so only what
+# certainly cannot fit is refused
 MIN_OPS_PER_LAYER = 8  # ops per layer and micro-batch, at least: measured 11.7 for a
 # data-parallel GPT without tensor parallelism (forward, backward, gradient buckets)
 

@@ -75,9 +75,10 @@ def read_kernels(path: str | Path) -> pd.DataFrame:
 
 
 def _read_csv(path: str | Path) -> pd.DataFrame:
-    """The CSV as written (UTF-8, each column named once), or a CalibrationError."""
+    """The CSV as written (a UTF-8 file or an open text stream, each column named
+    once), or a CalibrationError."""
     try:
-        text = read_text(path, "kernel table")
+        text = path.read() if hasattr(path, "read") else read_text(path, "kernel table")
         table = pd.read_csv(io.StringIO(text))
     except ScenarioError as error:
         raise CalibrationError(str(error)) from None
@@ -100,14 +101,19 @@ def _check_rows(path: str | Path, table: pd.DataFrame, written: pd.DataFrame) ->
                                    + ", ".join(KINDS))
         for column in (*REQUIRED[kind], "seconds"):
             if not (record[column] > 0 and np.isfinite(record[column])):
-                given = (repr(written.at[row - 2, column]) if column in written.columns
+                given = (_cell(written.at[row - 2, column]) if column in written.columns
                          else "(no such column)")
                 raise CalibrationError(f"{path}: line {row}: {column} {given} must be a "
                                        f"positive number in a {kind} row")
         for column in ("flops", "bytes"):  # optional where not required: finite if given
             if record[column] == record[column] and not np.isfinite(record[column]):
                 raise CalibrationError(f"{path}: line {row}: {column} "
-                                       f"{written.at[row - 2, column]!r} is not finite")
+                                       f"{_cell(written.at[row - 2, column])} is not finite")
+
+
+def _cell(value: object) -> str:
+    """A cell as the user wrote it: text quoted, numbers plain (not numpy's repr)."""
+    return repr(value.item() if hasattr(value, "item") else value)
 
 
 def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec) -> tuple[float, float]:
