@@ -178,12 +178,17 @@ def test_names_cannot_escape_runs(tmp_path, capsys, monkeypatch):
     assert not (tmp_path.parent / "escaped").exists()
 
 
-def test_output_paths_are_made_or_refused_before_any_work(tmp_path, capsys):
-    run = tmp_path / "run"
-    path = tmp_path / "s.yaml"
+def _tiny_run(tmp_path: Path, capsys) -> tuple[Path, Path]:
+    """The tiny scenario's file and its finished run directory."""
+    run, path = tmp_path / "run", tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(TINY))
     assert main(["run", str(path), "--out", str(run)]) == 0
     capsys.readouterr()
+    return path, run
+
+
+def test_output_paths_are_made_or_refused_before_any_work(tmp_path, capsys):
+    path, run = _tiny_run(tmp_path, capsys)
     deep = tmp_path / "new" / "deeper"
     for args in (["gantt", str(run), "--out", str(deep / "g.png")],
                  ["comms", str(run), "--plot", str(deep / "c.png"), "--csv",
@@ -203,11 +208,7 @@ def test_output_paths_are_made_or_refused_before_any_work(tmp_path, capsys):
 
 
 def test_gantt_windows_and_ranks(tmp_path, capsys):
-    run = tmp_path / "run"
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(TINY))
-    assert main(["run", str(path), "--out", str(run)]) == 0
-    capsys.readouterr()
+    _, run = _tiny_run(tmp_path, capsys)
     out = str(tmp_path / "g.png")
     assert "is at or after the run's end" in one_error(
         capsys, main(["gantt", str(run), "--from", "1000 s", "--out", out]))
@@ -241,6 +242,34 @@ def test_internal_errors_exit_3_with_the_traceback_saved(tmp_path, capsys, monke
 
 
 # -- sweeps -----------------------------------------------------------------------
+
+def test_a_vast_model_ends_instead_of_hanging(tmp_path, capsys):
+    """Transfers of 2**62-vocabulary embeddings end where the clock can no longer
+    resolve their last bytes (the flow loop used to wait for them forever), and
+    byte counts past int64 still make the log's table."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    code = _bounded(["run", str(path), "--set", "model.vocab=4611686018427387904",
+                     "--out", str(tmp_path / "r")], seconds=30)
+    assert code == 0, capsys.readouterr().err
+
+
+def test_finished_flows_at_the_clock_resolution():
+    import numpy as np
+
+    from simulator.network.maxmin import finished_flows
+    one = np.array([1.0])
+    assert not finished_flows(np.array([1.0]), np.array([1e6]), one * 1e9, now=1.0)
+    assert finished_flows(np.array([1.0]), np.array([1e6]), one * 1e9, now=1e9)
+
+
+def test_sweep_file_axes_cannot_be_given_again(tmp_path, capsys):
+    design = tmp_path / "sweep.yaml"
+    design.write_text(yaml.safe_dump({"base": QUICKSTART, "grid": {"parallelism.dp": [8, 16]}}))
+    code = main(["sweep", str(design), "--grid", "parallelism.dp=4", "--out",
+                 str(tmp_path / "s")])
+    assert "parallelism.dp is given twice" in one_error(capsys, code)
+
 
 def test_sweep_axes_given_twice_and_all_invalid(tmp_path, capsys):
     out = str(tmp_path / "sweep")

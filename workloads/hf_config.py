@@ -32,11 +32,11 @@ class HfConfigError(ValueError):
 
 
 def _first(config: dict, names: tuple[str, ...], path: str) -> int:
-    for name in names:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    raise HfConfigError(f"{path}: needs a positive integer {' or '.join(names)}")
+    """The first of ``names`` given: a positive integer (``_optional``), required."""
+    value = _optional(config, names, path)
+    if value is None:
+        raise HfConfigError(f"{path}: needs a positive integer {' or '.join(names)}")
+    return value
 
 
 def _optional(config: dict, names: tuple[str, ...], path: str) -> int | None:
@@ -78,13 +78,15 @@ def model_from_hf(path: str | Path) -> ModelSpec:
     """The transformer a Hugging Face config describes."""
     file = Path(path)
     try:
-        config = json.loads(read_text(file, "Hugging Face config"),
-                            object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except (ScenarioError, ValueError) as error:
-        if isinstance(error, json.JSONDecodeError):
-            raise HfConfigError(f"{path}: not JSON (line {error.lineno})") from None
-        raise HfConfigError(f"{path}: {error}" if not isinstance(error, ScenarioError)
-                            else str(error)) from None
+        text = read_text(file, "Hugging Face config")
+    except ScenarioError as error:
+        raise HfConfigError(str(error)) from None
+    try:
+        config = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise HfConfigError(f"{path}: not JSON (line {error.lineno})") from None
+    except ValueError as error:  # a key given twice, NaN or Infinity
+        raise HfConfigError(f"{path}: {error}") from None
     if not isinstance(config, dict):
         raise HfConfigError(f"{path}: must be a JSON object")
     where = str(path)

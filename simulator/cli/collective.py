@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
+    from tqdm import tqdm
 
     from simulator.base import footprint
     from simulator.base.ir import Collective
@@ -70,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
     gpus = [graph.graph["gpus"][r] for r in (ranks[:2] if kind is Collective.SEND_RECV
                                                else ranks)]
     tuner = Collectives(fabric, algorithm, protocol)
-    from tqdm import tqdm
-
     with tqdm(total=len(byte_sizes), unit="size", file=sys.stderr, leave=False,
               disable=None) as bar:  # shown on a terminal only
         rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype,

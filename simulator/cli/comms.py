@@ -24,10 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from simulator.outputs import comms_plot
 
     finished = run_dir.read(args.run_dir)
-    csv, histogram_csv, figure = (
-        options.output_file(args.csv, "--csv") if args.csv else None,
-        options.output_file(args.histogram_csv, "--histogram-csv") if args.histogram_csv
-        else None, options.figure(args.plot, "--plot") if args.plot else None)
+    csv = options.output_file(args.csv, "--csv") if args.csv else None
+    histogram_csv = (options.output_file(args.histogram_csv, "--histogram-csv")
+                     if args.histogram_csv else None)
+    figure = options.figure(args.plot, "--plot") if args.plot else None
     table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
     print(f"communication of {finished.name}: {len(finished.comms):,} calls and messages, "
           f"{format_bytes(float(finished.comms['bytes'].sum()))}")

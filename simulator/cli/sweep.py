@@ -33,19 +33,15 @@ def add_parser(sub) -> None:
 def _design(args: argparse.Namespace) -> tuple[Path, dict, dict]:
     from simulator.experiments import sweep
 
-    grid = sweep.axes(args.grid, "--grid")
-    zipped = sweep.axes(args.zip, "--zip", grid)
     raw = read_yaml(args.base, "scenario or sweep file")
-    if isinstance(raw, dict) and "base" in raw:  # a sweep file; command-line axes add to its own
-        base, file_grid, file_zip = sweep.read_design(args.base)
-        for key in (*grid, *zipped):
-            if key in file_grid or key in file_zip:
-                raise ScenarioError(f"--grid/--zip: {key} is already an axis of {args.base}; "
-                                    "give its values in one place")
-        return base, {**file_grid, **grid}, {**file_zip, **zipped}
-    if not grid and not zipped:
+    is_file = isinstance(raw, dict) and "base" in raw  # a sweep file: the CLI's axes add to its
+    base, file_grid, file_zip = (sweep.design_from(raw, args.base) if is_file
+                                 else (Path(args.base), {}, {}))
+    grid = sweep.axes(args.grid, "--grid", {**file_grid, **file_zip})
+    zipped = sweep.axes(args.zip, "--zip", {**file_grid, **file_zip, **grid})
+    if not (is_file or grid or zipped):
         raise ScenarioError("sweep: give --grid KEY=V1,V2 (or --zip), or a sweep file")
-    return Path(args.base), grid, zipped
+    return base, {**file_grid, **grid}, {**file_zip, **zipped}
 
 
 class _Bar:

@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from simulator.base.user_files import read_yaml, yaml_value
+from simulator.base.user_files import yaml_value
 from simulator.config.overrides import set_key
 from simulator.config.scenario import ScenarioError, from_dict, read_raw
 
@@ -147,11 +147,11 @@ def expand(grid: Mapping[str, list], zipped: Mapping[str, list] | None = None) -
     return cases
 
 
-def read_design(path: str | Path) -> tuple[Path, dict, dict]:
-    """A sweep file: ``base`` (scenario path, relative to the file), ``grid`` and
-    ``zip`` (mappings of dotted key -> list of values)."""
+def design_from(raw: object, path: str | Path) -> tuple[Path, dict, dict]:
+    """A sweep file's contents (``raw``, read from ``path``): ``base`` (scenario
+    path, relative to the file), ``grid`` and ``zip`` (mappings of dotted key ->
+    list of values)."""
     file = Path(path)
-    raw = read_yaml(file, "sweep file")
     if not isinstance(raw, dict) or "base" not in raw:
         raise SweepError(f"{path}: a sweep file needs 'base' (a scenario file) and 'grid' "
                          "and/or 'zip'")

@@ -98,12 +98,12 @@ class Fabric:
                 nodes = self.routing.path(src, dst)
             except RoutingError as error:
                 raise FabricError(str(error)) from None
-            missing = [(a, b) for a, b in zip(nodes, nodes[1:], strict=False)
-                       if (a, b) not in self.index]
+            hops = list(zip(nodes, nodes[1:], strict=False))
+            missing = next((hop for hop in hops if hop not in self.index), None)
             if missing:
-                raise FabricError(f"the route {src} -> {dst} needs the link {missing[0][0]} -> "
-                                  f"{missing[0][1]}, which the fabric does not have")
-            links = tuple(self.index[(a, b)] for a, b in zip(nodes, nodes[1:], strict=False))
+                raise FabricError(f"the route {src} -> {dst} needs the link {missing[0]} -> "
+                                  f"{missing[1]}, which the fabric does not have")
+            links = tuple(self.index[hop] for hop in hops)
             cached = Route(links, float(self.latency[list(links)].sum()), self._transport(links))
             self._routes[key] = cached
         return cached

@@ -8,6 +8,8 @@ Sec. 6.5.2). A flow is described by the links it crosses: parallel arrays
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -81,10 +83,8 @@ def finished_flows(remaining: np.ndarray, size: np.ndarray, rate: np.ndarray,
     """Flows whose bytes left are zero up to rounding (relative to size or rate),
     or would take less time than the clock can still resolve at ``now`` (else a
     very long run would wait for a step that does not move the clock, forever)."""
-    done = remaining <= np.maximum(size * 1e-9, rate * 1e-12)
-    if now > 0.0:
-        done |= remaining <= rate * (np.spacing(now) * 4.0)
-    return done
+    tick = max(1e-12, 4.0 * math.ulp(now))  # 1e-12 s below 2,048 s of simulated time
+    return remaining <= np.maximum(size * 1e-9, rate * tick)
 
 
 def fluid_progress(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.ndarray,
