@@ -435,3 +435,22 @@ def test_fuzzed_fabric_files_end_in_a_result_or_one_line(tmp_path, capsys, edits
     err = capsys.readouterr().err
     assert code in (0, 2), (edits, err)
     assert "Traceback" not in err and err.count("\n") == (code == 2), (edits, err)
+
+
+def test_the_footprint_counts_only_the_ranks_a_folded_run_simulates():
+    """``simulation.fold_ranks`` runs the first rank of each program: the memory
+    check counts those (Table 1's 1T row, 3,072 GPUs, was refused counting all)."""
+    from simulator.config.scenario import from_dict
+    from simulator.experiments.runner import _simulated_ranks
+    from simulator.experiments.symmetry import Method
+    from tests.test_parallelism import tiny
+    from workloads.program import build_program
+    scenario = from_dict(tiny(pp=2, dp=8))
+    program = build_program(scenario.model, scenario.training, scenario.parallel)
+    folded = _simulated_ranks(Method(("batching", "folding")), program)
+    assert folded == [0, 8]  # one rank per pipeline stage (order tp-cp-dp-pp)
+    assert _simulated_ranks(Method(("batching",)), program) is None  # every rank
+    ops = len(program.ops[0]) + len(program.ops[8])
+    footprint.check_run(program, folded, memory=ops * footprint.BYTES_PER_OP)
+    with pytest.raises(ScenarioError, match="16 simulated ranks"):
+        footprint.check_run(program, None, memory=ops * footprint.BYTES_PER_OP)

@@ -136,10 +136,14 @@ def test_engine_bubble_matches_the_closed_form_when_communication_is_free():
     assert (span - busy) / span == pytest.approx((p - 1) / (m + p - 1), rel=0.06)
 
 
-@pytest.mark.parametrize(("zero", "expected"), [(0, 16), (1, 4 + 12 / 16), (2, 2 + 14 / 16),
-                                                (3, 16 / 16)])
-def test_zero_model_states_per_rank(zero, expected):
-    summary = run(tiny(zero=zero)).summary
+@pytest.mark.parametrize(("framework", "zero", "expected"), [
+    # ZeRO paper: 16 bytes per parameter, bf16 gradients
+    ("deepspeed", 0, 16), ("deepspeed", 1, 4 + 12 / 16), ("deepspeed", 2, 2 + 14 / 16),
+    ("deepspeed", 3, 16 / 16),
+    # Megatron-Core with bf16: fp32 gradients (main_grad), 18 and 6 + 12/d bytes
+    ("megatron", 0, 18), ("megatron", 1, 6 + 12 / 16), ("megatron", 3, 18 / 16)])
+def test_zero_model_states_per_rank(framework, zero, expected):
+    summary = run(tiny(zero=zero, framework=framework)).summary
     states = sum(summary["memory_gib"][k] for k in ("parameters", "gradients",
                                                     "optimizer_states"))
     assert states * GIB == pytest.approx(expected * summary["parameters"])

@@ -37,8 +37,12 @@ class Recompute(Enum):
     FULL = "full"
 
 
-def model_state_bytes(params: float, zero: int = 0, shards: int = 1) -> dict[str, float]:
-    """Bytes of parameters, gradients and optimizer states one rank holds.
+def model_state_bytes(params: float, zero: int = 0, shards: int = 1,
+                      grad_bytes: int = GRAD_BYTES) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer states one rank holds;
+    ``grad_bytes`` is 4 where gradients are accumulated in fp32 (Megatron's
+    ``main_grad`` with bf16: 6 + 12/d bytes per parameter with the distributed
+    optimizer, Megatron-Core's distributed-optimizer documentation).
 
     >>> model_state_bytes(1e9, zero=2, shards=4)
     {'parameters': 2000000000.0, 'gradients': 500000000.0, 'optimizer_states': 3000000000.0}
@@ -46,7 +50,7 @@ def model_state_bytes(params: float, zero: int = 0, shards: int = 1) -> dict[str
     d = max(1, shards)
     return {
         "parameters": PARAM_BYTES * params / (d if zero >= 3 else 1),
-        "gradients": GRAD_BYTES * params / (d if zero >= 2 else 1),
+        "gradients": grad_bytes * params / (d if zero >= 2 else 1),
         "optimizer_states": OPTIMIZER_BYTES * params / (d if zero >= 1 else 1),
     }
 

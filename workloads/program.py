@@ -23,7 +23,6 @@ from simulator.base.ir import TP_STREAM, Collective, KernelClass, Phase, Program
 from workloads import kernels as K
 from workloads.layout import Layout, parse_order
 from workloads.memory import (
-    GRAD_BYTES,
     PARAM_BYTES,
     Recompute,
     activation_bytes_per_layer,
@@ -83,7 +82,7 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
                       mem=mem_end if n == last else (), extra=extra)
         extra = ()
         if record and kernel.params:
-            b.grads.setdefault(layer, []).append((i, GRAD_BYTES * kernel.params))
+            b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
 
 
 def _layer_memory(ctx: Context) -> tuple[float, float]:
@@ -116,6 +115,8 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool)
         free = ((-gathered, "gathered_parameters"),) if zero3 and (
             not forward or (fsdp is None or fsdp.reshard_after_forward)) else ()
         if forward:
+            if pending is None:
+                pending = b.param_ready.pop(layer, None)  # overlap_param_gather
             _layer_pass(b, layer, mb, True, pending, ((kept, "activations"),) + free)
         else:
             if ctx.training.recompute is Recompute.FULL:
@@ -147,9 +148,10 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool) -> None:
     if not forward and sh.tp > 1 and kind is not None:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
     flops, cost = kernel_cost(kernel, not forward, ctx.training)
-    i = b.compute(kernel, phase, mb, -1, flops, cost)
+    ready = b.param_ready.pop(-1, None) if forward else None
+    i = b.compute(kernel, phase, mb, -1, flops, cost, extra=() if ready is None else (ready,))
     if record:
-        b.grads.setdefault(-1, []).append((i, GRAD_BYTES * kernel.params))
+        b.grads.setdefault(-1, []).append((i, ctx.plan.reduce_bytes * kernel.params))
     if forward and sh.tp > 1:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
 
@@ -171,9 +173,11 @@ def _head(b: Stage, mb: int, forward: bool, record: bool) -> None:
                          mb, layer)
         flops, nbytes = kernel_cost(kernel, not forward, ctx.training)
         mem = ((held if forward else -held, "activations"),) if n == len(sequence) - 1 else ()
-        i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem)
+        ready = b.param_ready.pop(layer, None) if forward else None
+        i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem,
+                      extra=() if ready is None else (ready,))
         if record and kernel.params:
-            b.grads.setdefault(layer, []).append((i, GRAD_BYTES * kernel.params))
+            b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
         if kernel.name == "loss" and forward and sh.tp > 1:
             b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
@@ -241,6 +245,8 @@ def _finish_stage(b: Stage) -> None:
 def build_stage(ctx: Context, stage: int) -> Stage:
     b = Stage(ctx, stage)
     p, v = ctx.parallel.pp, ctx.parallel.virtual_stages
+    if data.gathers_ahead(ctx):
+        data.gather_parameters_ahead(b)
     for step in steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage):
         first = len(b.ops)
         _step(b, step)
@@ -251,9 +257,11 @@ def build_stage(ctx: Context, stage: int) -> Stage:
 
 def _step_key(ctx: Context, step: Step) -> tuple[bool, int, bool]:
     """What a step's ops depend on besides its micro-batch (``Program.steps``):
-    direction, chunk, and whether it is the micro-batch that records gradients."""
-    return (step.forward, step.chunk, not step.forward and
-            step.microbatch == ctx.micro_batches - 1)
+    direction, chunk, and whether it is the micro-batch that records gradients
+    (or, forward, the first, which waits for overlapped parameter all-gathers)."""
+    edge = step.microbatch == ctx.micro_batches - 1 if not step.forward else \
+        step.microbatch == 0 and data.gathers_ahead(ctx)
+    return (step.forward, step.chunk, edge)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
@@ -278,7 +286,8 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
                   pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                 parallel.virtual_stages, parallel.stage_layers),
                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
-                  {f: pass_plan(sequence, shard, training, f) for f in (True, False)})
+                  {f: pass_plan(sequence, shard, training, f) for f in (True, False)},
+                  parallel.gradient_plan(training))
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]
@@ -287,7 +296,8 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
     zero = parallel.zero_stage
     communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
                                         parallel.pp) if size > 1)
-    memory = [{**model_state_bytes(_stage_params(ctx, s), zero, ctx.shards),
+    memory = [{**model_state_bytes(_stage_params(ctx, s), zero, ctx.shards,
+                                   ctx.plan.reduce_bytes),
                "communication_buffers": communication_buffer_bytes(communicators)}
               for s in range(parallel.pp)]
     stage_of = [layout.coords(r)["pp"] for r in range(layout.world)]

@@ -14,6 +14,7 @@ from functools import cached_property
 
 from simulator.base.ir import COMPUTE_STREAM, PP_STREAM, Collective, Op, OpKind, Phase
 from workloads import kernels as K
+from workloads.frameworks import GradientPlan
 from workloads.memory import Recompute
 from workloads.models import ModelSpec
 from workloads.training import ParallelSpec, TrainingSpec
@@ -37,6 +38,7 @@ class Context:
     dp_group: str  # the data-parallel group dimension for gradients
     shards: int  # ZeRO/FSDP shard count
     passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
+    plan: GradientPlan  # gradient precision, buckets, parameter-gather overlap
 
     @property
     def last_virtual(self) -> int:
@@ -66,6 +68,8 @@ class Stage:
     grads: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # chunk -> grads
     last_backward: dict[int, int] = field(default_factory=dict)  # chunk -> op index
     reduces: list[int] = field(default_factory=list)
+    # layer -> the overlapped parameter all-gather its first forward waits for
+    param_ready: dict[int, int] = field(default_factory=dict)
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
 
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,

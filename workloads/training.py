@@ -17,6 +17,7 @@ from simulator.base.fields import (
     quantity,
     setting,
 )
+from workloads.frameworks import Framework, GradientPlan, resolve
 from workloads.layout import parse_order
 from workloads.memory import Recompute
 from workloads.schedules import Schedule
@@ -95,8 +96,13 @@ class ParallelSpec:
     zero: int = setting(choice([0, 1, 2, 3]), 0)
     fsdp: FsdpSpec | None = setting(nested(FsdpSpec), None)
     order: str = setting(rank_order, "tp-cp-dp-pp")
-    bucket_size: float = setting(quantity(units.Dimension.SIZE, positive=True), 25e6)  # bytes
+    # how gradients are reduced and parameters gathered: the framework's defaults
+    # (``workloads.frameworks``), each overridable under the framework's own flag name
+    framework: Framework = setting(member(Framework), Framework.MEGATRON)
+    bucket_size: float | None = setting(quantity(units.Dimension.SIZE, positive=True), None)
     overlap_grad_reduce: bool = setting(boolean, True)
+    grad_reduce_in_fp32: bool | None = setting(boolean, None)
+    overlap_param_gather: bool | None = setting(boolean, None)
     ranks_per_node: int = 8  # for FSDP hybrid_shard: the shard group stays in a server
 
     @property
@@ -106,6 +112,13 @@ class ParallelSpec:
     @property
     def zero_stage(self) -> int:
         return self.fsdp.zero if self.fsdp else self.zero
+
+    def gradient_plan(self, training: TrainingSpec) -> GradientPlan:
+        """Gradient precision, bucket size and parameter-gather overlap: the
+        scenario's keys, else the framework's defaults."""
+        return resolve(self.framework, training.dtype_bytes, training.precision,
+                       self.dp * self.cp, self.overlap_grad_reduce, self.grad_reduce_in_fp32,
+                       self.bucket_size, self.overlap_param_gather)
 
     def micro_batches(self, training: TrainingSpec) -> int:
         """Micro-batches each pipeline runs per iteration (gradient accumulation steps)."""

@@ -26,6 +26,7 @@ from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
 from simulator.engine.call_log import CallLog, shared_categories
 from simulator.engine.folded import Folded
+from simulator.engine.folding import first_of_each_program
 from simulator.engine.passes import expand
 from simulator.engine.records import (
     COLLECTIVE_COLUMNS,
@@ -220,6 +221,15 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
         return _run(scenario, batch_compute)
 
 
+def _simulated_ranks(method: symmetry.Method, program: Program) -> list[int] | None:
+    """The ranks ``method`` runs (None: every rank): a class representative each,
+    or with rank folding the first rank of each program."""
+    if "folding" in method.plugins:
+        return first_of_each_program(program)
+    represents = method.options.get("represents")
+    return list(represents) if represents else None
+
+
 def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     wall = time.perf_counter()
     program = build_program(scenario.model, scenario.training, scenario.parallel)
@@ -234,8 +244,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
     if not method.full_because:  # (every rank's ops were checked above)
-        represents = method.options.get("represents")
-        footprint.check_run(program, list(represents) if represents else None)
+        footprint.check_run(program, _simulated_ranks(method, program))
     while True:
         try:
             jittered = method.durations(program, durations, scenario.seed,

@@ -1,16 +1,23 @@
-"""Data parallelism (PyTorch DDP / Megatron; ZeRO-1/2, Rajbhandari et al. 2020):
-its group, the gradient buckets and the parameter all-gather.
+"""Data parallelism (PyTorch DDP / Megatron; ZeRO-1/2 and Megatron-Core's
+distributed optimizer, Rajbhandari et al. 2020): its group, the gradient
+buckets and the parameter all-gather.
 
 Gradients of the last micro-batch are packed into buckets
-(``workloads.buckets``) and all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1/2)
-over the dp (x cp) group on the ``dp`` stream as soon as their backward op ends
-(``overlap_grad_reduce``); ZeRO 1/2 all-gather the updated parameters after the
-optimizer step.
+(``workloads.buckets``, sized and typed by the framework's ``GradientPlan``) and
+all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1/2) over the dp (x cp) group
+on the ``dp`` stream as soon as their backward op ends
+(``overlap_grad_reduce``). ZeRO 1/2 all-gather the updated parameters, bucket
+by bucket: after the optimizer step, or, with ``overlap_param_gather``
+(Megatron-Core), at the start of the iteration in the order the forward needs
+them, each layer's first forward waiting for its bucket, so that only the
+first bucket is exposed (the steady state of one iteration: the gather of
+step i's parameters runs under step i+1's forward).
 """
 
 from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, Collective, Phase
+from workloads import kernels as K
 from workloads.buckets import make_buckets
 from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES
@@ -41,24 +48,87 @@ def bucket_reduces(b: Stage, chunk: int) -> None:
         return
     grads.sort()
     kind = Collective.ALL_REDUCE if ctx.parallel.zero_stage == 0 else Collective.REDUCE_SCATTER
-    for n, bucket in enumerate(make_buckets(grads, ctx.parallel.bucket_size)):
+    for n, bucket in enumerate(make_buckets(grads, bucket_cap(ctx, chunk))):
         ready = bucket.ready_after if ctx.parallel.overlap_grad_reduce else b.last_compute
         b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, ctx.dp_group,
                                       Phase.BACKWARD, -1, -1, deps=(ready,), blocking=False,
                                       name=f"{kind.value}[{chunk}.{n}]"))
 
 
+def bucket_cap(ctx: Context, chunk: int) -> float:
+    """Bucket cap of a stage's model chunk: Megatron-Core buckets only the first."""
+    plan = ctx.plan
+    return plan.bucket_bytes if chunk == 0 or plan.bucket_later_chunks else float("inf")
+
+
+def gathers_parameters(ctx: Context) -> bool:
+    """Whether the sharded optimizer all-gathers updated parameters (ZeRO 1/2)."""
+    return ctx.parallel.zero_stage in (1, 2) and ctx.shards > 1
+
+
+def gathers_ahead(ctx: Context) -> bool:
+    """Whether that all-gather overlaps the next forward (``overlap_param_gather``)."""
+    return gathers_parameters(ctx) and ctx.plan.overlap_param_gather
+
+
+def chunk_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
+    """(layer, parameters) of virtual stage ``k``'s tensors in the order their
+    gradients become ready (the order buckets are packed in): the head's, each
+    layer's from last to first, the embedding's; -1 is the embedding, ``layers``
+    the head, as in the program's ops."""
+    m, tensors = ctx.model, []
+    if k == ctx.last_virtual:
+        owns = (not m.tied_embeddings) or ctx.parallel.pp > 1
+        head = K.head_kernels(m, ctx.shard, vocab=ctx.vocab, owns_logits=owns)
+        tensors += [(m.layers, kernel.params) for kernel in head[::-1] if kernel.params]
+    backward = [item[1].params for item in ctx.passes[False]
+                if item[0] == "kernel" and item[1].params]
+    for layer in reversed(ctx.chunks[k]):
+        tensors += [(layer, params) for params in backward]
+    if k == 0:
+        tensors.append((-1, K.embedding_kernels(m, ctx.shard, vocab=ctx.vocab)[0].params))
+    return tensors
+
+
+def gather_parameters_ahead(b: Stage) -> None:
+    """Megatron-Core ``overlap_param_gather``: each model chunk's parameter
+    buckets all-gathered at the iteration's start, in the order the forward
+    needs them (the gradient buckets reversed, chunk after chunk); each layer's
+    first forward waits for the last-issued bucket holding its parameters
+    (``Stage.param_ready``)."""
+    ctx, p = b.ctx, b.ctx.parallel.pp
+    for chunk in range(ctx.parallel.virtual_stages):
+        tensors = chunk_tensors(ctx, chunk * p + b.stage)
+        buckets = make_buckets([(i, ctx.plan.reduce_bytes * n) for i, (_, n) in
+                                enumerate(tensors)], bucket_cap(ctx, chunk))
+        ends = [bucket.ready_after for bucket in buckets]
+        for n in range(len(buckets) - 1, -1, -1):
+            first = ends[n - 1] + 1 if n else 0
+            held = tensors[first:ends[n] + 1]
+            i = b.collective(Collective.ALL_GATHER, PARAM_BYTES * sum(c for _, c in held),
+                             DP_STREAM, ctx.dp_group, Phase.FORWARD, 0, -1, deps=(),
+                             blocking=False, name=f"param_all_gather[{chunk}.{n}]")
+            for layer, _ in held:
+                b.param_ready[layer] = i
+
 
 def gather_updated_parameters(b: Stage, params: int) -> None:
-    """ZeRO 1/2: all-gather the updated parameter shards, bucket by bucket."""
+    """ZeRO 1/2 without ``overlap_param_gather``: all-gather the updated
+    parameter shards after the optimizer step, in buckets of the gradient cap."""
     ctx = b.ctx
-    if ctx.parallel.zero_stage in (1, 2) and ctx.shards > 1:
-        for n, size in enumerate(split_bytes(PARAM_BYTES * params, ctx.parallel.bucket_size)):
+    if gathers_parameters(ctx) and not ctx.plan.overlap_param_gather:
+        cap = ctx.plan.bucket_bytes * PARAM_BYTES / ctx.plan.reduce_bytes
+        for n, size in enumerate(split_bytes(PARAM_BYTES * params, cap)):
             b.collective(Collective.ALL_GATHER, size, DP_STREAM, ctx.dp_group, Phase.OPTIMIZER,
                          -1, -1, deps=(b.last_compute,), blocking=False,
                          name=f"param_all_gather[{n}]")
 
 
 def split_bytes(total: float, bucket: float) -> list[float]:
+    """``total`` in equal parts of about ``bucket`` bytes (one part for an infinite cap).
+
+    >>> split_bytes(100.0, 30.0)
+    [33.333333333333336, 33.333333333333336, 33.333333333333336]
+    """
     count = max(1, round(total / bucket))
     return [total / count] * count

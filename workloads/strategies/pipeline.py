@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from simulator.base.ir import PP_STREAM, Collective, OpKind, Phase
 from workloads.layout import Layout
-from workloads.memory import GRAD_BYTES
 from workloads.models import ModelSpec
 from workloads.schedules import steps_for
 from workloads.stage import Context, LayoutError, Stage
@@ -111,7 +110,7 @@ def tied_embedding_sync(b: Stage) -> None:
     """First and last stages all-reduce the tied embedding's gradients."""
     ctx, p = b.ctx, b.ctx.parallel.pp
     if ctx.model.tied_embeddings and p > 1 and b.stage in (0, p - 1):
-        size = GRAD_BYTES * ctx.vocab * ctx.model.hidden // ctx.shard.tp
+        size = ctx.plan.reduce_bytes * ctx.vocab * ctx.model.hidden // ctx.shard.tp
         b.reduces.append(b.collective(Collective.ALL_REDUCE, size, PP_STREAM, "embd",
                                       Phase.BACKWARD, -1, -1, deps=(b.last_compute,),
                                       blocking=False, name="embedding_grads"))

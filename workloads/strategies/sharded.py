@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, Collective, Phase
 from workloads.layout import Layout
-from workloads.memory import GRAD_BYTES, PARAM_BYTES
+from workloads.memory import PARAM_BYTES
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage
 from workloads.training import ParallelSpec, Sharding, TrainingSpec
@@ -61,7 +61,7 @@ def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None) -> in
 def reduce_layer(b: Stage, layer: int, mb: int) -> None:
     """ZeRO-3/FSDP: reduce-scatter a layer's gradients (and all-reduce the shard
     across replicas with hybrid sharding) after its last backward."""
-    full = GRAD_BYTES * b.ctx.layer_params
+    full = b.ctx.plan.reduce_bytes * b.ctx.layer_params
     is_hybrid = hybrid(b.ctx)
     i = b.collective(Collective.REDUCE_SCATTER, full, DP_STREAM,
                      "dp_shard" if is_hybrid else b.ctx.dp_group, Phase.BACKWARD, mb, layer,
