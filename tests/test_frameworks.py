@@ -109,3 +109,99 @@ def test_overlapped_gather_matches_the_reference_engine():
 def test_bad_framework_keys_name_the_key_and_what_is_allowed(key, value, match):
     with pytest.raises(ScenarioError, match=match):
         from_dict(tiny(**{key: value}))
+
+
+def dp_calls(result, collective: str) -> int:
+    comms = result.comms
+    return int(((comms["dimension"] == "dp") & (comms["collective"] == collective)
+                & (comms["group_index"] == 0)).sum())
+
+
+def test_deepspeed_zero3_gathers_each_module_and_reduces_every_micro_batch():
+    ds = run(tiny(zero=3, dp=16, framework="deepspeed"))
+    fsdp = run(tiny(zero=3, dp=16, framework="pytorch"))
+    layers, passes, micro = 8, 2, 2  # tiny: 2 micro-batches per rank
+    # qkv, proj, fc1, fc2 each gathered in forward and backward; the norms persist
+    assert dp_calls(ds, "all_gather") == 4 * layers * passes * micro
+    assert dp_calls(fsdp, "all_gather") == layers * passes * micro  # one flat unit per layer
+    assert dp_calls(ds, "reduce_scatter") == micro  # one 5e8-element bucket per backward
+    assert dp_calls(fsdp, "reduce_scatter") == layers  # per layer, last micro-batch only
+    params = ds.summary["parameters"]
+    assert dp_bytes(ds, "reduce_scatter") == pytest.approx(2 * params * micro)
+
+
+def test_deepspeed_persistence_and_prefetch_settings_act():
+    base = dict(zero=3, dp=16, framework="deepspeed")
+    kept = run(tiny(**base, deepspeed={"stage3_param_persistence_threshold": 10**9}))
+    assert dp_calls(kept, "all_gather") == 0
+    default = run(tiny(**base)).summary["iteration_time_s"]
+    on_demand = run(tiny(**base, deepspeed={"stage3_prefetch_bucket_size": 0}))
+    assert on_demand.summary["iteration_time_s"] > default
+    assert on_demand.summary["exposed_comm_s"] > run(tiny(**base)).summary["exposed_comm_s"]
+
+
+def test_per_module_gathers_cost_more_than_flat_units_at_scale():
+    """At many ranks each all-gather is latency-bound: four calls per layer cost
+    more than one of the same bytes (the effect that sets ZeRO-3 at 1,000+ GPUs)."""
+    layout = dict(zero=3, dp=128, cluster__nodes=16, training__global_batch=128)
+    ds = run(tiny(**layout, framework="deepspeed")).summary
+    fsdp = run(tiny(**layout, framework="pytorch")).summary
+    assert ds["iteration_time_s"] > fsdp["iteration_time_s"]
+
+
+def test_deepspeed_zero3_matches_the_reference_engine():
+    layout = dict(zero=3, dp=8, tp=2, framework="deepspeed", training__recompute="full")
+    assert_same_run(run(tiny(**layout)), run(reference(tiny(**layout))))
+
+
+@pytest.mark.parametrize(("layout", "match"), [
+    (dict(deepspeed={"stage3_prefetch_bucket_size": 0}),
+     r"parallelism\.deepspeed: .* needs parallelism\.framework: deepspeed"),
+    (dict(framework="deepspeed", zero=3, pp=2, dp=8),
+     r"parallelism\.zero: 3 with parallelism\.pp: 2 is not possible"),
+    (dict(framework="deepspeed", deepspeed={"stage3_prefetch_bucket_size": -1}),
+     r"stage3_prefetch_bucket_size: -1 must be an integer >= 0")])
+def test_deepspeed_layouts_it_cannot_run_are_refused(layout, match):
+    with pytest.raises(ScenarioError, match=match):
+        from_dict(tiny(**layout))
+
+
+def tp_overlap(overlap: bool, **cluster):
+    scenario = tiny(tp=4, dp=4, sequence_parallel=True, tp_comm_overlap=overlap)
+    scenario["model"] = {"layers": 2, "hidden": 4096, "heads": 32, "vocab": 4096}
+    scenario["training"].update(seq_len=2048, global_batch=4)
+    scenario["cluster"].update(cluster)
+    return scenario
+
+
+def test_tp_comm_overlap_splits_each_pair_into_ring_steps_with_the_same_bytes():
+    plain, piped = run(tp_overlap(False)), run(tp_overlap(True))
+    tp, layers, micro = 4, 2, 1
+    comms = piped.comms[(piped.comms["dimension"] == "tp") & (piped.comms["group_index"] == 0)]
+    exchanges = comms[comms["collective"] == "ring_exchange"]
+    # qkv, proj, fc1, fc2 each pipelined with its collective, in forward and backward
+    assert len(exchanges) == 4 * 2 * (tp - 1) * layers * micro
+    # a ring all-gather or reduce-scatter sends (tp - 1)/tp of the tensor per rank:
+    # the tp - 1 exchanges of 1/tp each carry exactly that
+    tensor, pairs = 2048 * 4096 * 2, 4 * 2 * layers * micro
+    assert exchanges["bytes"].sum() == pytest.approx(pairs * (tp - 1) / tp * tensor)
+    calls = plain.comms[(plain.comms["dimension"] == "tp") & (plain.comms["group_index"] == 0)]
+    assert (calls["bytes"] == tensor).sum() == pairs + 4  # + embedding and logits, not piped
+
+
+def test_tp_comm_overlap_hides_communication_where_it_dominates():
+    slow = {"nvlink_bandwidth": "20 GB/s"}
+    plain, piped = run(tp_overlap(False, **slow)), run(tp_overlap(True, **slow))
+    assert piped.summary["overlapped_comm_s"] > plain.summary["overlapped_comm_s"]
+    assert piped.summary["iteration_time_s"] < plain.summary["iteration_time_s"]
+
+
+def test_tp_comm_overlap_matches_the_reference_engine():
+    scenario = tp_overlap(True)
+    assert_same_run(run(scenario), run(reference(scenario)))
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism():
+    with pytest.raises(ScenarioError, match=r"tp_comm_overlap needs parallelism\."
+                                            r"sequence_parallel"):
+        from_dict(tiny(tp=2, dp=8, tp_comm_overlap=True))

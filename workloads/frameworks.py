@@ -51,6 +51,8 @@ MEGATRON_MIN_BUCKET_PARAMS = 40_000_000  # DistributedDataParallelConfig.bucket_
 MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000  # ... x dp: keeps collectives bandwidth-bound
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000  # zero_optimization.reduce_bucket_size
 PYTORCH_BUCKET_BYTES = 25 * MIB  # DistributedDataParallel(bucket_cap_mb=25)
+DEEPSPEED_PREFETCH_ELEMENTS = 50_000_000  # zero_optimization.stage3_prefetch_bucket_size
+DEEPSPEED_PERSISTENCE_ELEMENTS = 100_000  # zero_optimization.stage3_param_persistence_threshold
 
 
 @dataclass(frozen=True)
@@ -106,3 +108,30 @@ def resolve(framework: Framework, precision_bytes: int, precision: str, dp: int,
     overlap = framework is Framework.MEGATRON if overlap_param_gather is None \
         else overlap_param_gather
     return GradientPlan(reduce_bytes, bucket, framework is not Framework.MEGATRON, overlap)
+
+
+def prefetch_points(numels: list[int], window: float) -> list[int]:
+    """Where DeepSpeed ZeRO-3's parameter coordinator issues each tensor's
+    all-gather, for tensors in the order the pass uses them: at the fetch of
+    tensor j it waits for j's parameters (gathering them now if they are not in
+    flight) and prefetches the following tensors while fewer than ``window``
+    elements are in flight (``stage3_prefetch_bucket_size``). ``points[i] = j``:
+    tensor i is gathered when tensor j is fetched (``j == i``: on demand).
+
+    >>> prefetch_points([10, 10, 10, 10], 15)
+    [0, 0, 0, 1]
+    >>> prefetch_points([10, 10, 10], 0)
+    [0, 1, 2]
+    """
+    points, inflight, issued = [], 0.0, 0
+    for j, numel in enumerate(numels):
+        if issued == j:  # not prefetched: gathered on demand
+            points.append(j)
+            issued += 1
+        else:
+            inflight -= numel  # prefetched: in use now, no longer in flight
+        while issued < len(numels) and inflight < window:
+            points.append(j)
+            inflight += numels[issued]
+            issued += 1
+    return points

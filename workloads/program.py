@@ -43,10 +43,13 @@ STRATEGIES = (tensor, context, data, pipeline, sharded)  # groups and checks, in
 ADAM_BYTES_PER_PARAM = 28  # read fp32 master, m, v and the grad; write them and the weight
 
 def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
-              forward: bool) -> tuple[tuple, ...]:
+              forward: bool, overlap: bool = False) -> tuple[tuple, ...]:
     """One layer pass's items in order, worked out once per program (a large run
     has hundreds of thousands of passes): ``("tp", collective or None)`` for
-    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``."""
+    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``;
+    with ``overlap`` (``tp_comm_overlap``) an all-gather and the GEMM after it, or a
+    GEMM and the reduce-scatter after it, become one ``("overlapped", collective,
+    kernel, flops, bytes)`` (``tensor.overlapped``)."""
     plan = []
     for item in sequence if forward else sequence[::-1]:
         if isinstance(item, bool):
@@ -56,12 +59,14 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
             plan.append(("attention", item))
         else:
             plan.append(("kernel", item, *kernel_cost(item, not forward, training)))
-    return tuple(plan)
+    return tuple(tensor.merge_overlaps(plan)) if overlap and shard.tp > 1 else tuple(plan)
 
 
 def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None = None,
-                mem_end: tuple = (), record: bool = False, recompute: bool = False) -> None:
-    """One layer's forward (or backward) on one micro-batch."""
+                mem_end: tuple = (), record: bool = False, fetch=None) -> None:
+    """One layer's forward (or backward) on one micro-batch; ``fetch(layer, key)``
+    (DeepSpeed ZeRO-3's ``sharded.TensorFetcher.wait``) gives the all-gather a
+    kernel waits for, keyed by its plan position (``-1 - n`` in a backward)."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.passes[forward]
@@ -77,7 +82,21 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
         if what == "attention":
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
+        if what == "overlapped":
+            if fetch is not None:
+                ready = fetch(layer, n if forward else -1 - n)
+                extra = extra if ready is None else (ready,)
+            i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra,
+                                  mem_end if n == last else ())
+            extra = ()
+            if record and item[2].params:
+                b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes *
+                                                      item[2].params))
+            continue
         kernel = item[1]
+        if fetch is not None:
+            ready = fetch(layer, n if forward else -1 - n)
+            extra = extra if ready is None else (ready,)
         i = b.compute(kernel, phase, mb, layer, item[2], item[3],
                       mem=mem_end if n == last else (), extra=extra)
         extra = ()
@@ -99,9 +118,46 @@ def _layer_memory(ctx: Context) -> tuple[float, float]:
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE) - kept
 
 
+def _trace(ctx: Context, layers: list[int], forward: bool) -> list[tuple[int, int, object]]:
+    """(layer, ``_layer_pass`` key, kernel) of each kernel with parameters, in the
+    order a pass over ``layers`` runs them (forward plans for a recompute)."""
+    plan = ctx.passes[forward]
+    kernels = [(n, item[2] if item[0] == "overlapped" else item[1])
+               for n, item in enumerate(plan) if item[0] in ("kernel", "overlapped")]
+    return [(layer, n if forward else -1 - n, kernel) for layer in layers
+            for n, kernel in kernels if kernel.params]
+
+
+def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
+                             record: bool) -> None:
+    """DeepSpeed ZeRO-3: a chunk's layers with one all-gather per module, issued by
+    the parameter coordinator (``sharded.TensorFetcher``); a full recompute's
+    forward gathers what its backward then uses."""
+    ctx = b.ctx
+    kept, transient = _layer_memory(ctx)
+    order = list(layers) if forward else list(layers)[::-1]
+    recompute = not forward and ctx.training.recompute is Recompute.FULL
+    fetcher = sharded.TensorFetcher(b, _trace(ctx, order, forward or recompute),
+                                    Phase.FORWARD if forward else Phase.BACKWARD, mb)
+    for layer in order:
+        free = ((-fetcher.layer_bytes(layer), "gathered_parameters"),)
+        if forward:
+            _layer_pass(b, layer, mb, True, None, ((kept, "activations"),) + free,
+                        fetch=fetcher.wait)
+            continue
+        if recompute:
+            _layer_pass(b, layer, mb, True, None, ((transient, "activations"),),
+                        fetch=fetcher.wait)
+        _layer_pass(b, layer, mb, False, None, ((-kept - transient, "activations"),) + free,
+                    record, fetch=fetcher.wait)
+
+
 def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool) -> None:
     """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory."""
     ctx = b.ctx
+    if ctx.parallel.deepspeed_zero3 is not None:
+        _chunk_layers_per_tensor(b, layers, mb, forward, record)
+        return
     fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
@@ -189,7 +245,8 @@ def _step(b: Stage, step: Step) -> None:
     p = ctx.parallel.pp
     k = step.chunk * p + b.stage
     layers, mb = ctx.chunks[k], step.microbatch
-    record = not step.forward and mb == ctx.micro_batches - 1
+    last = not step.forward and mb == ctx.micro_batches - 1
+    record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
     if step.forward:
         if k > 0:
             pipeline.receive(b, k, True, mb, layers.start)
@@ -210,8 +267,9 @@ def _step(b: Stage, step: Step) -> None:
         _embedding(b, mb, False, record)
     else:
         pipeline.send(b, k, False, mb, layers.start)
-    if record:
+    if last:
         b.last_backward[step.chunk] = b.last_compute
+    if record:
         data.bucket_reduces(b, step.chunk)
 
 
@@ -286,7 +344,8 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
                   pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                 parallel.virtual_stages, parallel.stage_layers),
                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
-                  {f: pass_plan(sequence, shard, training, f) for f in (True, False)},
+                  {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
+                   for f in (True, False)},
                   parallel.gradient_plan(training))
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))

@@ -17,7 +17,13 @@ from simulator.base.fields import (
     quantity,
     setting,
 )
-from workloads.frameworks import Framework, GradientPlan, resolve
+from workloads.frameworks import (
+    DEEPSPEED_PERSISTENCE_ELEMENTS,
+    DEEPSPEED_PREFETCH_ELEMENTS,
+    Framework,
+    GradientPlan,
+    resolve,
+)
 from workloads.layout import parse_order
 from workloads.memory import Recompute
 from workloads.schedules import Schedule
@@ -64,6 +70,18 @@ class FsdpSpec:
         return 2 if self.sharding is Sharding.SHARD_GRAD_OP else 3
 
 
+@dataclass(frozen=True)
+class DeepSpeedSpec:
+    """The ``parallelism.deepspeed`` section: DeepSpeed ZeRO-3's options, in
+    elements, under DeepSpeed's own names (its defaults)."""
+
+    # elements gathered ahead of use by the parameter coordinator
+    stage3_prefetch_bucket_size: int = setting(integer(0), DEEPSPEED_PREFETCH_ELEMENTS)
+    # tensors smaller than this stay whole on every rank: never gathered
+    stage3_param_persistence_threshold: int = setting(integer(0),
+                                                      DEEPSPEED_PERSISTENCE_ELEMENTS)
+
+
 def stage_list(path: str, value: object) -> tuple[int, ...]:
     """Layers per pipeline stage: a list of positive integers."""
     if not isinstance(value, list) or not value or not all(
@@ -90,6 +108,9 @@ class ParallelSpec:
     cp: int = setting(integer(1), 1)
     pp: int = setting(integer(1), 1)
     sequence_parallel: bool = setting(boolean, False)
+    # Transformer Engine's userbuffers: all-gathers and reduce-scatters split and
+    # pipelined with the GEMMs beside them (Megatron-Core --tp-comm-overlap)
+    tp_comm_overlap: bool = setting(boolean, False)
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage
@@ -103,6 +124,7 @@ class ParallelSpec:
     overlap_grad_reduce: bool = setting(boolean, True)
     grad_reduce_in_fp32: bool | None = setting(boolean, None)
     overlap_param_gather: bool | None = setting(boolean, None)
+    deepspeed: DeepSpeedSpec | None = setting(nested(DeepSpeedSpec), None)  # framework: deepspeed
     ranks_per_node: int = 8  # for FSDP hybrid_shard: the shard group stays in a server
 
     @property
@@ -112,6 +134,21 @@ class ParallelSpec:
     @property
     def zero_stage(self) -> int:
         return self.fsdp.zero if self.fsdp else self.zero
+
+    @property
+    def deepspeed_zero3(self) -> DeepSpeedSpec | None:
+        """DeepSpeed's ZeRO-3 options where DeepSpeed runs ZeRO-3 (None elsewhere):
+        per-tensor gathers by its parameter coordinator."""
+        if self.framework is Framework.DEEPSPEED and self.fsdp is None and self.zero == 3:
+            return self.deepspeed or DeepSpeedSpec()
+        return None
+
+    @property
+    def reduces_every_micro_batch(self) -> bool:
+        """DeepSpeed ZeRO-2/3 reduce-scatter gradients after every micro-batch's
+        backward (their partitioned gradients cannot accumulate unreduced;
+        DeepSpeed refuses ``no_sync`` with them); the others at the last."""
+        return self.framework is Framework.DEEPSPEED and self.fsdp is None and self.zero >= 2
 
     def gradient_plan(self, training: TrainingSpec) -> GradientPlan:
         """Gradient precision, bucket size and parameter-gather overlap: the

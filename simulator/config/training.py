@@ -32,6 +32,9 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
     if p["fsdp"] is not None and p["zero"]:
         raise fail("parallelism.fsdp", raw["fsdp"], "cannot be combined with parallelism.zero; "
                                                    "FSDP sets its own sharding")
+    if p["deepspeed"] is not None and p["framework"].value != "deepspeed":
+        raise fail("parallelism.deepspeed", raw["deepspeed"], "needs parallelism.framework: "
+                                                           "deepspeed")
     model_parallel = tp * cp * pp
     if gpus % model_parallel:
         raise ScenarioError(f"parallelism: tp x cp x pp = {tp} x {cp} x {pp} = {model_parallel} "

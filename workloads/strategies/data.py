@@ -40,12 +40,14 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
 
 
 def bucket_reduces(b: Stage, chunk: int) -> None:
-    """ZeRO 0-2: bucketed all-reduce / reduce-scatter of a chunk's last gradients."""
+    """Bucketed all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2, DeepSpeed ZeRO-3) of
+    a chunk's gradients: the last micro-batch's, or each one's with DeepSpeed ZeRO-2/3."""
     ctx = b.ctx
     grads = [g for layer in sorted(b.grads, reverse=True) for g in b.grads[layer]]
     b.grads = {}
-    if ctx.parallel.zero_stage >= 3 or ctx.parallel.dp * ctx.shard.cp == 1:
-        return
+    if (ctx.parallel.zero_stage >= 3 and ctx.parallel.deepspeed_zero3 is None) or \
+            ctx.parallel.dp * ctx.shard.cp == 1:
+        return  # FSDP-style ZeRO-3 reduces layer by layer (sharded.reduce_layer)
     grads.sort()
     kind = Collective.ALL_REDUCE if ctx.parallel.zero_stage == 0 else Collective.REDUCE_SCATTER
     for n, bucket in enumerate(make_buckets(grads, bucket_cap(ctx, chunk))):

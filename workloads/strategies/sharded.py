@@ -1,16 +1,24 @@
 """Sharded data parallelism: ZeRO-3 (Rajbhandari et al. 2020) and PyTorch FSDP
-(Zhao et al. 2023): the shard groups, layout checks, the per-layer parameter
-all-gather and gradient reduce-scatter.
+(Zhao et al. 2023): the shard groups, layout checks, the parameter all-gathers
+and gradient reduce-scatters.
 
-Each layer's parameters are all-gathered before its forward (and again before
-its backward when resharding), prefetching one layer ahead, and its gradients
+FSDP (and ZeRO-3 under Megatron or PyTorch): each layer's parameters are
+all-gathered as one flat unit before its forward (and again before its
+backward when resharding), prefetching one layer ahead, and its gradients
 reduce-scattered after its backward; hybrid sharding reduce-scatters inside
 the shard group (a server) and all-reduces the shard across replicas.
+
+DeepSpeed ZeRO-3 (``TensorFetcher``): one all-gather per module, prefetched by
+element count, small tensors persistent; its gradients go through the
+data-parallel buckets after every micro-batch (``data.bucket_reduces``). At a
+thousand ranks each all-gather is latency-bound, so the call count, not the
+bytes, sets its cost.
 """
 
 from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, Collective, Phase
+from workloads.frameworks import prefetch_points
 from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES
 from workloads.models import ModelSpec
@@ -19,7 +27,13 @@ from workloads.training import ParallelSpec, Sharding, TrainingSpec
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
-    """Hybrid sharding's shard groups tile the data-parallel group."""
+    """Hybrid sharding's shard groups tile the data-parallel group; DeepSpeed's
+    pipeline engine refuses ZeRO-2/3 ("ZeRO-2 and ZeRO-3 are incompatible with
+    pipeline parallelism", ``deepspeed/runtime/pipe/engine.py``)."""
+    if parallel.reduces_every_micro_batch and parallel.pp > 1:
+        raise LayoutError(f"parallelism.zero: {parallel.zero} with parallelism.pp: "
+                          f"{parallel.pp} is not possible with parallelism.framework: "
+                          "deepspeed (its pipeline engine runs ZeRO-0/1 only)")
     if parallel.fsdp and parallel.fsdp.sharding is Sharding.HYBRID_SHARD and \
             parallel.dp % shard_size(parallel):
         raise LayoutError(f"fsdp hybrid_shard: parallelism.dp ({parallel.dp}) must be a "
@@ -71,3 +85,49 @@ def reduce_layer(b: Stage, layer: int, mb: int) -> None:
         b.reduces.append(b.collective(Collective.ALL_REDUCE, full / b.ctx.shards, DP_STREAM,
                                       "dp_replicate", Phase.BACKWARD, mb, layer, deps=(i,),
                                       blocking=False))
+
+
+class TensorFetcher:
+    """DeepSpeed ZeRO-3's parameter coordinator over one pass through a chunk's
+    layers: one all-gather per module with partitioned parameters (tensors under
+    ``stage3_param_persistence_threshold`` elements stay whole), issued where
+    ``frameworks.prefetch_points`` puts it (``stage3_prefetch_bucket_size``
+    elements ahead); each module's kernel waits for its own gather.
+
+    ``order`` lists (layer, pass-plan position, kernel) in the order the pass uses
+    them (a full recompute's forward first, in a backward); ``wait`` is called as
+    each kernel is appended: it appends the gathers due there and returns the one
+    the kernel waits for."""
+
+    def __init__(self, b: Stage, order: list[tuple[int, int, object]], phase: Phase,
+                 mb: int) -> None:
+        spec = b.ctx.parallel.deepspeed_zero3
+        tensors = [(layer, n, kernel.params) for layer, n, kernel in order
+                   if kernel.params >= spec.stage3_param_persistence_threshold]
+        points = prefetch_points([numel for *_, numel in tensors],
+                                 spec.stage3_prefetch_bucket_size)
+        self.b, self.phase, self.mb, self.tensors = b, phase, mb, tensors
+        self.at = {(layer, n): i for i, (layer, n, _) in enumerate(tensors)}
+        self.due: dict[int, list[int]] = {}
+        for i, j in enumerate(points):
+            self.due.setdefault(j, []).append(i)
+        self.gathers: dict[int, int] = {}
+
+    def layer_bytes(self, layer: int) -> float:
+        """Bytes the layer's gathered (partitioned) tensors add on this rank."""
+        grown = PARAM_BYTES * (1 - 1 / self.b.ctx.shards)
+        return grown * sum(numel for lay, _, numel in self.tensors if lay == layer)
+
+    def wait(self, layer: int, n: int) -> int | None:
+        i = self.at.get((layer, n))
+        if i is None:
+            return None
+        b, grown = self.b, PARAM_BYTES * (1 - 1 / self.b.ctx.shards)
+        after = () if b.last_compute is None else (b.last_compute,)
+        for t in self.due.pop(i, ()):
+            lay, _, numel = self.tensors[t]
+            self.gathers[t] = b.collective(
+                Collective.ALL_GATHER, PARAM_BYTES * numel, DP_STREAM, b.ctx.dp_group,
+                self.phase, self.mb, lay, deps=after, blocking=False,
+                mem=((grown * numel, "gathered_parameters"),), name="param_all_gather")
+        return self.gathers[i]

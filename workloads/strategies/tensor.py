@@ -7,15 +7,26 @@ after the attention and MLP blocks in forward and before them in backward
 (2 + 2 per layer); with it an all-gather before and a reduce-scatter after
 each block, mirrored in backward. All run on the ``tp`` stream and block the
 next kernel.
+
+With ``tp_comm_overlap`` (Transformer Engine's userbuffers, as Megatron-Core's
+``--tp-comm-overlap`` turns them on; sequence parallelism required) each
+all-gather is pipelined with the GEMM that consumes it and each reduce-scatter
+with the GEMM that produces it, as TE's ring-exchange overlap does: the GEMM
+runs in tp pieces along the tokens, one piece per ring step, and the tp - 1
+exchanges of one piece's worth of tokens (copy-engine transfers, so no SMs are
+taken from the GEMM) run under the pieces; only a piece's worth of
+communication stays exposed.
 """
 
 from __future__ import annotations
 
-from simulator.base.ir import Collective
+from dataclasses import replace
+
+from simulator.base.ir import TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
-from workloads.stage import Context, LayoutError
+from workloads.stage import Context, LayoutError, Stage
 from workloads.training import ParallelSpec, TrainingSpec
 
 
@@ -26,6 +37,10 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
                        ("model.ffn_hidden", model.ffn_hidden)):
         if value % tp:
             raise LayoutError(f"{key} ({value}) must be divisible by parallelism.tp ({tp})")
+    if parallel.tp_comm_overlap and tp > 1 and not parallel.sequence_parallel:
+        raise LayoutError("parallelism.tp_comm_overlap needs parallelism.sequence_parallel: "
+                          "Transformer Engine overlaps the sequence-parallel all-gathers and "
+                          "reduce-scatters with their GEMMs")
 
 
 def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -52,3 +67,61 @@ def layer_sequence(kernels: list[K.Kernel]) -> list[K.Kernel | bool]:
         if kernel.name in ("proj", "fc2"):
             out.append(False)
     return out
+
+
+def merge_overlaps(plan: list[tuple]) -> list[tuple]:
+    """A pass plan with each (all-gather, GEMM) and (GEMM, reduce-scatter) pair
+    made one ``("overlapped", collective, kernel, flops, bytes)`` item."""
+    out: list[tuple] = []
+    n = 0
+    while n < len(plan):
+        item, nxt = plan[n], plan[n + 1] if n + 1 < len(plan) else None
+        if item[0] == "tp" and item[1] is Collective.ALL_GATHER and _gemm(nxt):
+            out.append(("overlapped", Collective.ALL_GATHER, *nxt[1:]))
+            n += 2
+        elif _gemm(item) and nxt is not None and nxt[0] == "tp" and \
+                nxt[1] is Collective.REDUCE_SCATTER:
+            out.append(("overlapped", Collective.REDUCE_SCATTER, *item[1:]))
+            n += 2
+        else:
+            out.append(item)
+            n += 1
+    return out
+
+
+def _gemm(item: tuple | None) -> bool:
+    return item is not None and item[0] == "kernel" and item[1].shape is not None
+
+
+def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, layer: int,
+               extra: tuple, mem: tuple) -> int:
+    """Append a GEMM pipelined with its all-gather or reduce-scatter: tp pieces of
+    the GEMM (1/tp of the tokens each) and tp - 1 ring exchanges of 1/tp of the
+    tensor. All-gather: the first piece runs on the local tokens while the first
+    exchange brings the next; piece s waits for exchange s. Reduce-scatter:
+    exchange s sends piece s - 1's partial sums on while piece s runs; the next
+    kernel waits for the last exchange. Returns the last piece's op index."""
+    _, kind, kernel, flops, nbytes = item
+    tp = b.ctx.shard.tp
+    m, n, k = kernel.shape
+    piece = replace(kernel, shape=(max(1, m // tp), n, k))
+    chunk = comm_bytes / tp
+    exchanges: list[int] = []
+    if kind is Collective.ALL_GATHER:
+        for s in range(tp):
+            if s + 1 < tp:  # the next piece's tokens arrive while this one computes
+                exchanges.append(b.collective(
+                    Collective.RING_EXCHANGE, chunk, TP_STREAM, "tp", phase, mb, layer,
+                    deps=exchanges[-1:] and (exchanges[-1],) or None, blocking=False))
+            waits = extra if s == 0 else (exchanges[s - 1],)
+            last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp, extra=waits,
+                             mem=mem if s == tp - 1 else ())
+        return last
+    last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp, extra=extra)
+    for s in range(1, tp):
+        exchanges.append(b.collective(Collective.RING_EXCHANGE, chunk, TP_STREAM, "tp", phase,
+                                      mb, layer, deps=(last,), blocking=False))
+        last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp,
+                         mem=mem if s == tp - 1 else ())
+    b.ready.append(exchanges[-1])
+    return last
