@@ -12,8 +12,10 @@ not. For a model (a clustersim preset) and its tensor-parallel cut it times:
 - memory-bound kernels: layer norm, an element-wise add, and a fused AdamW
   step over a tensor of each of several sizes.
 
-Each kernel runs ``--warmup`` times, then ``--repeat`` times between CUDA
-events; the table has one row per kernel with the median time per call:
+Each kernel runs ``--warmup`` times, then ``--repeat`` timings of ten calls
+enqueued back to back between CUDA events (so the host's launch latency is
+hidden, as in training, where the host runs ahead of the GPU); the table has
+one row per kernel with the median time per call:
 
     python scripts/measure_kernels.py --model gpt3-6.7b --tp 2 --seq 2048 --out kernels.csv
     clustersim calibrate kernels.csv --gpu h100-sxm-80gb --out h100.calibration.yaml
@@ -52,8 +54,16 @@ def gemm_shapes(model: str, tp: int, seq: int, micro_batch: int) -> list[tuple[s
     return shapes
 
 
-def timed(run: Callable[[], object], warmup: int, repeat: int) -> float:
-    """Median seconds of one call of ``run`` on the current CUDA stream."""
+CALLS = 10  # calls enqueued back to back between the events of one timing
+
+
+def timed(run: Callable[[], object], warmup: int, repeat: int, calls: int = CALLS) -> float:
+    """Median seconds of one call of ``run`` on the current CUDA stream, timed
+    over ``calls`` calls enqueued back to back: the GPU's time per kernel. (Timing
+    one call between two events adds the host's latency to launch it, since the
+    GPU idles from the first event until the kernel arrives: tables measured that
+    way, as the two in ``shared/reference/h100`` were, carry 25-35 us per row,
+    which ``clustersim calibrate`` then fits as a kernel overhead.)"""
     import torch
 
     for _ in range(warmup):
@@ -62,10 +72,11 @@ def timed(run: Callable[[], object], warmup: int, repeat: int) -> float:
     for _ in range(repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        for _ in range(calls):
+            run()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / calls)
     return statistics.median(times)
 
 
