@@ -2,7 +2,8 @@
 distributed optimizer, Rajbhandari et al. 2020): its group, the gradient
 buckets and the parameter all-gather.
 
-Gradients of the last micro-batch are packed into buckets
+Gradients of the last micro-batch (of every one with DeepSpeed ZeRO-2/3, whose
+partitioned gradients cannot accumulate unreduced) are packed into buckets
 (``workloads.buckets``, sized and typed by the framework's ``GradientPlan``) and
 all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1/2) over the dp (x cp) group
 on the ``dp`` stream as soon as their backward op ends

@@ -112,7 +112,7 @@ def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, 
             if s + 1 < tp:  # the next piece's tokens arrive while this one computes
                 exchanges.append(b.collective(
                     Collective.RING_EXCHANGE, chunk, TP_STREAM, "tp", phase, mb, layer,
-                    deps=exchanges[-1:] and (exchanges[-1],) or None, blocking=False))
+                    deps=(exchanges[-1],) if exchanges else None, blocking=False))
             waits = extra if s == 0 else (exchanges[s - 1],)
             last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp, extra=waits,
                              mem=mem if s == tp - 1 else ())
