@@ -205,3 +205,12 @@ def test_tp_comm_overlap_needs_sequence_parallelism():
     with pytest.raises(ScenarioError, match=r"tp_comm_overlap needs parallelism\."
                                             r"sequence_parallel"):
         from_dict(tiny(tp=2, dp=8, tp_comm_overlap=True))
+
+
+def test_overlapped_parameter_gather_covers_gemms_pipelined_with_tp_communication():
+    """With tp_comm_overlap the layer's GEMMs are "overlapped" plan items: their
+    parameters are gathered too (every parameter once, in half precision)."""
+    layout = dict(zero=1, tp=2, dp=8, sequence_parallel=True, bucket_size="4 MB")
+    piped, plain = run(tiny(**layout, tp_comm_overlap=True)), run(tiny(**layout))
+    assert dp_bytes(piped, "all_gather") == pytest.approx(dp_bytes(plain, "all_gather"))
+    assert dp_calls(piped, "all_gather") == dp_calls(plain, "all_gather")

@@ -31,7 +31,7 @@ from workloads.memory import (
 )
 from workloads.models import ModelSpec, padded_vocab
 from workloads.schedules import Step, steps_for
-from workloads.stage import Context, LayoutError, Stage, kernel_cost
+from workloads.stage import Context, LayoutError, Stage, kernel_cost, plan_kernels
 from workloads.strategies import context, data, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
 
@@ -49,7 +49,7 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
     Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``;
     with ``overlap`` (``tp_comm_overlap``) an all-gather and the GEMM after it, or a
     GEMM and the reduce-scatter after it, become one ``("overlapped", collective,
-    kernel, flops, bytes)`` (``tensor.overlapped``)."""
+    flops, bytes, collective)`` (``tensor.overlapped``)."""
     plan = []
     for item in sequence if forward else sequence[::-1]:
         if isinstance(item, bool):
@@ -82,23 +82,15 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
         if what == "attention":
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
-        if what == "overlapped":
-            if fetch is not None:
-                ready = fetch(layer, n if forward else -1 - n)
-                extra = extra if ready is None else (ready,)
-            i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra,
-                                  mem_end if n == last else ())
-            extra = ()
-            if record and item[2].params:
-                b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes *
-                                                      item[2].params))
-            continue
         kernel = item[1]
         if fetch is not None:
             ready = fetch(layer, n if forward else -1 - n)
             extra = extra if ready is None else (ready,)
-        i = b.compute(kernel, phase, mb, layer, item[2], item[3],
-                      mem=mem_end if n == last else (), extra=extra)
+        mem = mem_end if n == last else ()
+        if what == "overlapped":
+            i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra, mem)
+        else:
+            i = b.compute(kernel, phase, mb, layer, item[2], item[3], mem=mem, extra=extra)
         extra = ()
         if record and kernel.params:
             b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
@@ -121,9 +113,7 @@ def _layer_memory(ctx: Context) -> tuple[float, float]:
 def _trace(ctx: Context, layers: list[int], forward: bool) -> list[tuple[int, int, object]]:
     """(layer, ``_layer_pass`` key, kernel) of each kernel with parameters, in the
     order a pass over ``layers`` runs them (forward plans for a recompute)."""
-    plan = ctx.passes[forward]
-    kernels = [(n, item[2] if item[0] == "overlapped" else item[1])
-               for n, item in enumerate(plan) if item[0] in ("kernel", "overlapped")]
+    kernels = plan_kernels(ctx.passes[forward])
     return [(layer, n if forward else -1 - n, kernel) for layer in layers
             for n, kernel in kernels if kernel.params]
 
@@ -218,8 +208,7 @@ def _head(b: Stage, mb: int, forward: bool, record: bool) -> None:
     ctx = b.ctx
     sh, m = ctx.shard, ctx.model
     phase, layer = Phase.FORWARD if forward else Phase.BACKWARD, m.layers
-    owns = (not m.tied_embeddings) or ctx.parallel.pp > 1
-    kernels = K.head_kernels(m, sh, vocab=ctx.vocab, owns_logits=owns)
+    kernels = K.head_kernels(m, sh, vocab=ctx.vocab, owns_logits=ctx.owns_logits)
     held = sh.tokens * (ctx.vocab // sh.tp) * (sh.dtype_bytes + 4)
     sequence = kernels if forward else kernels[::-1]
     for n, kernel in enumerate(sequence):
@@ -281,9 +270,8 @@ def _stage_params(ctx: Context, stage: int) -> int:
     if 0 in owned:
         total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
     if ctx.last_virtual in owned:
-        owns = (not ctx.model.tied_embeddings) or p > 1
         total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
-                                                       owns_logits=owns))
+                                                       owns_logits=ctx.owns_logits))
     return total
 
 

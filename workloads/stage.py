@@ -45,6 +45,12 @@ class Context:
         return len(self.chunks) - 1
 
     @cached_property
+    def owns_logits(self) -> bool:
+        """Whether the last stage holds the logits weight (untied, or tied across a
+        pipeline, where the last stage keeps its own copy)."""
+        return (not self.model.tied_embeddings) or self.parallel.pp > 1
+
+    @cached_property
     def layer_params(self) -> int:
         """Parameters of one layer on one rank."""
         return sum(k.params for k in K.layer_kernels(self.model, self.shard))
@@ -114,6 +120,12 @@ class Stage:
 _new = tuple.__new__  # builds an Op from all its fields without NamedTuple's keyword layer
 COLLECTIVE_NAME = {kind: kind.value for kind in Collective}  # hot path: a dict, not .value
 UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
+
+
+def plan_kernels(plan: Sequence[tuple]) -> list[tuple[int, K.Kernel]]:
+    """(position, kernel) of a layer pass plan's kernels, plain or pipelined with
+    tensor-parallel communication (``program.pass_plan``: the kernel is item 1)."""
+    return [(n, item[1]) for n, item in enumerate(plan) if item[0] in ("kernel", "overlapped")]
 
 
 def kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tuple[float, float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
 from topologies import GpuSpec
+from workloads.frameworks import Framework
 from workloads.models import ModelSpec
 from workloads.program import LayoutError, check
 from workloads.schedules import ScheduleError
@@ -32,7 +33,7 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
     if p["fsdp"] is not None and p["zero"]:
         raise fail("parallelism.fsdp", raw["fsdp"], "cannot be combined with parallelism.zero; "
                                                    "FSDP sets its own sharding")
-    if p["deepspeed"] is not None and p["framework"].value != "deepspeed":
+    if p["deepspeed"] is not None and p["framework"] is not Framework.DEEPSPEED:
         raise fail("parallelism.deepspeed", raw["deepspeed"], "needs parallelism.framework: "
                                                            "deepspeed")
     model_parallel = tp * cp * pp

@@ -23,7 +23,7 @@ from workloads.buckets import make_buckets
 from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES
 from workloads.models import ModelSpec
-from workloads.stage import Context, LayoutError, Stage
+from workloads.stage import Context, LayoutError, Stage, plan_kernels
 from workloads.training import ParallelSpec, TrainingSpec
 
 
@@ -81,11 +81,9 @@ def chunk_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
     the head, as in the program's ops."""
     m, tensors = ctx.model, []
     if k == ctx.last_virtual:
-        owns = (not m.tied_embeddings) or ctx.parallel.pp > 1
-        head = K.head_kernels(m, ctx.shard, vocab=ctx.vocab, owns_logits=owns)
+        head = K.head_kernels(m, ctx.shard, vocab=ctx.vocab, owns_logits=ctx.owns_logits)
         tensors += [(m.layers, kernel.params) for kernel in head[::-1] if kernel.params]
-    backward = [item[1].params for item in ctx.passes[False]
-                if item[0] == "kernel" and item[1].params]
+    backward = [kernel.params for _, kernel in plan_kernels(ctx.passes[False]) if kernel.params]
     for layer in reversed(ctx.chunks[k]):
         tensors += [(layer, params) for params in backward]
     if k == 0:

@@ -107,27 +107,30 @@ class TensorFetcher:
         points = prefetch_points([numel for *_, numel in tensors],
                                  spec.stage3_prefetch_bucket_size)
         self.b, self.phase, self.mb, self.tensors = b, phase, mb, tensors
+        self.grown = PARAM_BYTES * (1 - 1 / b.ctx.shards)  # gathered bytes per element
         self.at = {(layer, n): i for i, (layer, n, _) in enumerate(tensors)}
         self.due: dict[int, list[int]] = {}
         for i, j in enumerate(points):
             self.due.setdefault(j, []).append(i)
+        self.per_layer: dict[int, float] = {}
+        for layer, _, numel in tensors:
+            self.per_layer[layer] = self.per_layer.get(layer, 0.0) + self.grown * numel
         self.gathers: dict[int, int] = {}
 
     def layer_bytes(self, layer: int) -> float:
         """Bytes the layer's gathered (partitioned) tensors add on this rank."""
-        grown = PARAM_BYTES * (1 - 1 / self.b.ctx.shards)
-        return grown * sum(numel for lay, _, numel in self.tensors if lay == layer)
+        return self.per_layer.get(layer, 0.0)
 
     def wait(self, layer: int, n: int) -> int | None:
         i = self.at.get((layer, n))
         if i is None:
             return None
-        b, grown = self.b, PARAM_BYTES * (1 - 1 / self.b.ctx.shards)
+        b = self.b
         after = () if b.last_compute is None else (b.last_compute,)
         for t in self.due.pop(i, ()):
             lay, _, numel = self.tensors[t]
             self.gathers[t] = b.collective(
                 Collective.ALL_GATHER, PARAM_BYTES * numel, DP_STREAM, b.ctx.dp_group,
                 self.phase, self.mb, lay, deps=after, blocking=False,
-                mem=((grown * numel, "gathered_parameters"),), name="param_all_gather")
+                mem=((self.grown * numel, "gathered_parameters"),), name="param_all_gather")
         return self.gathers[i]

@@ -71,17 +71,18 @@ def layer_sequence(kernels: list[K.Kernel]) -> list[K.Kernel | bool]:
 
 def merge_overlaps(plan: list[tuple]) -> list[tuple]:
     """A pass plan with each (all-gather, GEMM) and (GEMM, reduce-scatter) pair
-    made one ``("overlapped", collective, kernel, flops, bytes)`` item."""
+    made one ``("overlapped", kernel, flops, bytes, collective)`` item (the kernel
+    where a plain kernel item has it)."""
     out: list[tuple] = []
     n = 0
     while n < len(plan):
         item, nxt = plan[n], plan[n + 1] if n + 1 < len(plan) else None
         if item[0] == "tp" and item[1] is Collective.ALL_GATHER and _gemm(nxt):
-            out.append(("overlapped", Collective.ALL_GATHER, *nxt[1:]))
+            out.append(("overlapped", *nxt[1:], Collective.ALL_GATHER))
             n += 2
         elif _gemm(item) and nxt is not None and nxt[0] == "tp" and \
                 nxt[1] is Collective.REDUCE_SCATTER:
-            out.append(("overlapped", Collective.REDUCE_SCATTER, *item[1:]))
+            out.append(("overlapped", *item[1:], Collective.REDUCE_SCATTER))
             n += 2
         else:
             out.append(item)
@@ -101,7 +102,7 @@ def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, 
     exchange brings the next; piece s waits for exchange s. Reduce-scatter:
     exchange s sends piece s - 1's partial sums on while piece s runs; the next
     kernel waits for the last exchange. Returns the last piece's op index."""
-    _, kind, kernel, flops, nbytes = item
+    _, kernel, flops, nbytes, kind = item
     tp = b.ctx.shard.tp
     m, n, k = kernel.shape
     piece = replace(kernel, shape=(max(1, m // tp), n, k))
