@@ -19,8 +19,12 @@ one row per kernel with the median time per call:
 
     python scripts/measure_kernels.py --model gpt3-6.7b --tp 2 --seq 2048 --out kernels.csv
     clustersim calibrate kernels.csv --gpu h100-sxm-80gb --out h100.calibration.yaml
+    # or, shape-aware, in a scenario:  cluster: {kernel_table: kernels.csv}
 
-Columns: kind (gemm | attention | memory), name, m, n, k, flops, bytes, seconds.
+Columns: kind (gemm | attention | memory), name, m, n, k, flops, bytes, seconds,
+calls (calls per timing: 10) and dtype. The table works two ways: fitted
+(above), or as it is, interpolated over shapes (``cluster.kernel_table:
+kernels.csv``; ``topologies/data/kernels/README.md``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workloads.kernels import Shard, layer_kernels  # noqa: E402
 from workloads.models import MODELS  # noqa: E402
 
-COLUMNS = ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds")
+COLUMNS = ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds", "calls", "dtype")
 SQUARES = (1024, 2048, 4096, 6144, 8192)
 MEMORY_ELEMENTS = (2**22, 2**24, 2**26, 2**28)
 
@@ -164,7 +168,8 @@ def main() -> None:
         writer = csv.DictWriter(file, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({c: row.get(c, "") for c in COLUMNS})
+            writer.writerow({c: row.get(c, "") for c in COLUMNS} | {"calls": CALLS,
+                                                                     "dtype": args.dtype})
     print(f"{len(rows)} kernels on {torch.cuda.get_device_name()} -> {args.out}")
 
 

@@ -32,6 +32,7 @@ def synthetic(gpu, values, noise=0.0, seed=0) -> pd.DataFrame:
     rows += [{"kind": "memory", "name": "m", "bytes": b} for b in (1e8, 1e9, 4e9)]
     table = pd.DataFrame(rows, columns=["kind", "name", "m", "n", "k", "flops", "bytes"])
     table["seconds"] = 1.0  # placeholder so the table reads as valid
+    table["calls"] = 10  # timed back to back: no launch floor to take off
     path_free = read_kernels_frame(table)
     seconds = modelled(path_free, gpu, values)
     rng = np.random.default_rng(seed)
@@ -162,14 +163,16 @@ def test_measure_kernels_uses_the_simulators_gemm_shapes():
     assert shapes["qkv"] == (2048, 3 * 4096 // 2, 4096)
     assert shapes["fc2"] == (2048, 4096, 4 * 4096 // 2)
     assert shapes["square8192"] == (8192, 8192, 8192)
-    assert module.COLUMNS == ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds")
+    assert module.COLUMNS == ("kind", "name", "m", "n", "k", "flops", "bytes", "seconds",
+                              "calls", "dtype")
 
 
 def test_a_fit_outside_what_a_scenario_accepts_is_refused(tmp_path, capsys):
     """Two memory rows of one size cannot separate bandwidth from overhead; the
     fallback's figure (0.05 % of HBM bandwidth) is refused, not written as 0.0."""
     path = tmp_path / "k.csv"
-    path.write_text("kind,bytes,seconds\nmemory,1000000,0.001\nmemory,1000000,0.0011\n")
+    path.write_text("kind,bytes,seconds,calls\nmemory,1000000,0.001,10\n"
+                    "memory,1000000,0.0011,10\n")
     out = tmp_path / "c.yaml"
     code = main(["calibrate", str(path), "--gpu", "a100-sxm-80gb", "--out", str(out)])
     err = capsys.readouterr().err

@@ -19,9 +19,13 @@ GOLDEN = ROOT / "tests" / "golden"
 MEASURED = {"wall_s", "events", "network_recomputes"}
 
 
-@pytest.mark.parametrize("name", ["quickstart"])
+SCENARIOS = {"quickstart": QUICKSTART,  # A100, the roofline
+             "h100": ROOT / "scripts" / "scenarios" / "dgx-h100-gpt3-2.7b-dp64.yaml"}  # table
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_summary_matches_golden(name):
-    summary = {k: v for k, v in run(QUICKSTART).summary.items() if k not in MEASURED}
+    summary = {k: v for k, v in run(SCENARIOS[name]).summary.items() if k not in MEASURED}
     path = GOLDEN / f"{name}.json"
     if os.environ.get("CLUSTERSIM_UPDATE_GOLDEN"):
         path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -3,7 +3,9 @@
 Every GPU is a data file in ``topologies/data/gpus/`` (peaks from the vendor's
 datasheet, the measurements its efficiencies were fitted to, with sources),
 not code: ``calibration:`` holds the five figures the roofline compute model
-needs (``simulator.compute.model``). ``clustersim calibrate`` fits the same five
+needs (``simulator.compute.model``), and ``kernel_table:`` names a table of
+measured kernel times in ``data/kernels/`` that corrects it by shape
+(``simulator.compute.table``). ``clustersim calibrate`` fits the same five
 figures to a user's own kernel timings; ``cluster.calibration: FILE`` applies
 them (``calibrated``).
 """
@@ -34,6 +36,7 @@ class GpuSpec:
     attention_efficiency: float  # fraction of peak reached by fused attention
     memory_efficiency: float  # fraction of HBM bandwidth reached by streaming kernels
     kernel_overhead: float = 2e-6  # seconds per kernel launch / tail
+    kernel_table: Path | None = None  # measured kernel times (``simulator.compute.table``)
     notes: str = field(default="", compare=False)
 
     def peak(self, precision: str) -> float:
@@ -44,6 +47,7 @@ class GpuSpec:
 CALIBRATION_FIELDS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency",
                       "memory_efficiency", "kernel_overhead")
 DATA = Path(__file__).resolve().parent / "data" / "gpus"
+KERNELS = DATA.parent / "kernels"  # measured kernel tables the GPU files name
 
 
 MIN_EFFICIENCY = 0.01  # below 1 % of a peak, a figure is a unit mistake, not a GPU
@@ -87,10 +91,21 @@ def load_gpu(path: Path) -> GpuSpec:
             memory_bytes=float(raw["memory_bytes"]),
             hbm_bandwidth=float(raw["hbm_bytes_per_s"]),
             **check_calibration(raw["calibration"], f"{path.name}: calibration"),
+            kernel_table=_kernel_table(raw.get("kernel_table"), path),
             notes=str(path),
         )
     except (KeyError, TypeError) as error:
         raise GpuFileError(f"{path}: missing or malformed {error}") from None
+
+
+def _kernel_table(name: object, path: Path) -> Path | None:
+    """The GPU file's ``kernel_table`` (a file in ``data/kernels``), checked."""
+    if name is None:
+        return None
+    table = KERNELS / str(name)
+    if not table.is_file():
+        raise GpuFileError(f"{path}: kernel_table {name!r} is not a file in {KERNELS}")
+    return table
 
 
 def calibrated(spec: GpuSpec, values: Mapping[str, float]) -> GpuSpec:

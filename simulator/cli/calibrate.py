@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
                             f"{', '.join(gpu.peak_flops)} for {gpu.name}")
     out = options.output_file(args.out, "--out")
     try:
-        table = calibration.read_kernels(args.kernels)
+        table, floor = calibration.without_launch_floor(calibration.read_kernels(args.kernels),
+                                                        gpu, args.precision)
         values = calibration.fit(table, gpu, args.precision)
     except calibration.CalibrationError as error:
         raise ScenarioError(str(error)) from None
@@ -49,5 +50,33 @@ def run(args: argparse.Namespace) -> int:
     for kind, part in errors.groupby(table["kind"]):
         print(f"{kind:10} modelled vs measured: mean |error| {part.abs().mean():.1f} %, "
               f"worst {part.abs().max():.1f} %")
+    if floor:
+        print(f"launch floor     {floor * 1e6:.1f} us taken off every row (timed one call at a "
+              "time: the host's launch latency)")
+    _report_table(table, gpu, values, args)
     print(f"written          {args.out}  (use it with cluster.calibration: {args.out})")
     return 0
+
+
+def _report_table(table, gpu, values, args) -> None:
+    """How well the table itself, as ``cluster.kernel_table``, times shapes it
+    has not measured (leave-one-out), next to the fitted roofline."""
+    from dataclasses import replace
+
+    from simulator.compute.model import ComputeModel
+    from simulator.compute.table import leave_one_out
+    from topologies.gpus import calibrated
+
+    roofline = ComputeModel.of(replace(calibrated(gpu, values), kernel_table=None),
+                               args.precision)
+    errors = 100 * leave_one_out(table, roofline)
+    for kind, part in pd_series(errors, table).groupby(table["kind"].to_numpy()):
+        print(f"{kind:10} as a kernel table, each row predicted from the others: mean |error| "
+              f"{part.abs().mean():.1f} %, worst {part.abs().max():.1f} %")
+    print(f"                 (a shape-aware timing: cluster.kernel_table: {args.kernels})")
+
+
+def pd_series(values, table):
+    import pandas as pd
+
+    return pd.Series(values, index=table.index)

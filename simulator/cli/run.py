@@ -49,6 +49,7 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
         f"simulated        {summary['simulation']}",
+        f"                 kernels timed by the {summary['compute_model']}",
         f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
         f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",

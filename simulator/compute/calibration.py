@@ -9,19 +9,27 @@ writes one on a GPU with PyTorch) has the columns
     flops     FLOPs per call (attention rows; optional for gemm)
     bytes     HBM bytes per call (memory rows)
     seconds   measured time per call
+    calls     calls timed back to back per timing (optional; missing or 1: one
+              call at a time, so every row carries the host's launch latency)
+    dtype     precision the kernels ran in (optional; bf16 by default)
 
 and the fit follows the roofline of ``simulator.compute.model``, one kind at a time,
 each a linear least-squares problem:
 
 - memory rows: ``seconds = bytes / (hbm * memory_efficiency) + kernel_overhead``
-  (slope and intercept; with one row, or a negative intercept, the overhead is
-  the GPU file's and only the slope is fitted);
+  (slope and intercept; with one row the overhead is the GPU file's and only
+  the slope is fitted; the overhead is at most the smallest time any row spent
+  beyond its physical bound max(flops / peak, bytes / HBM), since every kernel
+  pays it);
 - gemm rows: the achieved fraction ``a = flops / (peak * (seconds - overhead))``
   follows ``eff(x) = E x / (x + h)`` in the geometric-mean dimension x, so
-  ``1/a = 1/E + (h/E) (1/x)``: intercept and slope give E and h;
+  ``a (1/E + (h/E) (1/x)) = 1``, linear in 1/E and h/E, solved in least squares
+  (each row's residual is its relative time error) (E at most 1: where the
+  fit would pass the peak, E is 1 and h alone is fitted);
 - attention rows: the median achieved fraction.
 
-Kinds with no rows keep the GPU file's figures. The result is a calibration
+Kinds with no rows keep the GPU file's figures. A table timed one call at a
+time first loses its launch floor (``launch_floor``). The result is a calibration
 (``topologies.gpus.CALIBRATION_FIELDS``) plus a report of every row's modelled
 against measured time.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +71,7 @@ def read_kernels(path: str | Path) -> pd.DataFrame:
     if table.empty:
         raise CalibrationError(f"{path}: the kernel table has no rows")
     written, table = table, table.copy()
-    for column in ("m", "n", "k", "flops", "bytes", "seconds"):
+    for column in ("m", "n", "k", "flops", "bytes", "seconds", "calls"):
         table[column] = pd.to_numeric(table.get(column), errors="coerce")
     _check_rows(path, table, written)
     table["kind"] = table["kind"].str.strip().str.lower()
@@ -71,7 +80,36 @@ def read_kernels(path: str | Path) -> pd.DataFrame:
     table.loc[gemm & table["flops"].isna(), "flops"] = 2.0 * mnk
     table.loc[gemm & table["bytes"].isna(), "bytes"] = 2.0 * (
         table["m"] * table["k"] + table["k"] * table["n"] + table["m"] * table["n"])
-    return table.fillna({"flops": 0.0, "bytes": 0.0})
+    table["dtype"] = (table["dtype"].fillna("bf16").astype(str).str.strip().str.lower()
+                      if "dtype" in table else "bf16")
+    return table.fillna({"flops": 0.0, "bytes": 0.0, "calls": 1})
+
+
+def launch_floor(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> float:
+    """Seconds of host launch latency every row of ``table`` carries.
+
+    Timing one call between two CUDA events counts the GPU's wait for the host
+    to launch the kernel (PyTorch dispatch and the driver: 10-35 us, which the
+    kernels' own times cannot show). The floor is the largest constant that
+    leaves every row at or above its physical lower bound max(flops / peak,
+    bytes / HBM bandwidth): an upper bound on the latency all rows share, from
+    the table itself. 0 for tables timed back to back (``calls`` > 1)."""
+    single = table[table["calls"] <= 1]
+    if single.empty:
+        return 0.0
+    bound = np.maximum(single["flops"] / gpu.peak(precision), single["bytes"] / gpu.hbm_bandwidth)
+    return max(0.0, float((single["seconds"] - bound).min()))
+
+
+def without_launch_floor(table: pd.DataFrame, gpu: GpuSpec,
+                         precision: str = "bf16") -> tuple[pd.DataFrame, float]:
+    """``table`` with the launch floor taken off its one-call rows, and the floor."""
+    floor = launch_floor(table, gpu, precision)
+    if floor == 0.0:
+        return table, 0.0
+    out = table.copy()
+    out.loc[out["calls"] <= 1, "seconds"] -= floor
+    return out, floor
 
 
 def _read_csv(path: str | Path) -> pd.DataFrame:
@@ -105,6 +143,12 @@ def _check_rows(path: str | Path, table: pd.DataFrame, written: pd.DataFrame) ->
                          else "(no such column)")
                 raise CalibrationError(f"{path}: line {row}: {column} {given} must be a "
                                        f"positive number in a {kind} row")
+        calls = record["calls"]
+        if "calls" in written.columns and written.at[row - 2, "calls"] == written.at[
+                row - 2, "calls"] and not (calls >= 1 and np.isfinite(calls)):
+            raise CalibrationError(f"{path}: line {row}: calls "
+                                   f"{_cell(written.at[row - 2, 'calls'])} must be a whole "
+                                   "number >= 1 (calls timed back to back)")
         for column in ("flops", "bytes"):  # optional where not required: finite if given
             if record[column] == record[column] and not np.isfinite(record[column]):
                 raise CalibrationError(f"{path}: line {row}: {column} "
@@ -116,16 +160,18 @@ def _cell(value: object) -> str:
     return repr(value.item() if hasattr(value, "item") else value)
 
 
-def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec) -> tuple[float, float]:
-    """(memory_efficiency, kernel_overhead) from memory-bound rows."""
+def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec, cap: float) -> tuple[float, float]:
+    """(memory_efficiency, kernel_overhead) from memory-bound rows; the overhead
+    at most ``cap`` (no kernel of the table can have spent less)."""
     if rows.empty:
-        return gpu.memory_efficiency, gpu.kernel_overhead
+        return gpu.memory_efficiency, min(gpu.kernel_overhead, cap)
     x, y = rows["bytes"].to_numpy(float), rows["seconds"].to_numpy(float)
     if len(rows) >= 2 and np.ptp(x) > 0:
         slope, intercept = np.polyfit(x, y, 1)
-        if intercept >= 0 and slope > 0:
+        if 0 <= intercept <= cap and slope > 0:
             return 1.0 / (slope * gpu.hbm_bandwidth), float(intercept)
-    overhead = gpu.kernel_overhead
+    overhead = min(gpu.kernel_overhead, cap) if len(rows) < 2 or np.ptp(x) == 0 else min(
+        max(intercept, 0.0), cap)
     slope = float(np.sum(x * (y - overhead)) / np.sum(x * x))
     return 1.0 / (slope * gpu.hbm_bandwidth), overhead
 
@@ -138,10 +184,14 @@ def _fit_gemm(rows: pd.DataFrame, peak: float, overhead: float,
     x = (rows["m"] * rows["n"] * rows["k"]).to_numpy(float) ** (1.0 / 3.0)
     achieved = rows["flops"].to_numpy(float) / (peak * (rows["seconds"].to_numpy(float)
                                                         - overhead))
-    if len(np.unique(x)) >= 2:
-        slope, intercept = np.polyfit(1.0 / x, 1.0 / achieved, 1)
-        if intercept > 0 and slope >= 0:
-            return 1.0 / intercept, slope / intercept
+    if len(np.unique(x)) >= 2:  # least squares in relative time: a (1/E + (h/E)/x) = 1
+        terms = np.column_stack([achieved, achieved / x])
+        (inverse, slope), *_ = np.linalg.lstsq(terms, np.ones_like(x), rcond=None)
+        if inverse >= 1 and slope >= 0:
+            return 1.0 / inverse, slope / inverse
+        if inverse < 1:  # the curve would pass the peak: hold E at 1, fit h alone
+            slope = float(np.sum((1 - achieved) * achieved / x) / np.sum((achieved / x) ** 2))
+            return 1.0, max(slope, 0.0)
     half = gpu.gemm_half_dim  # one size: keep the curve's shape, fit its height
     return float(np.median(achieved * (x + half) / x)), half
 
@@ -149,7 +199,10 @@ def _fit_gemm(rows: pd.DataFrame, peak: float, overhead: float,
 def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str, float]:
     """The calibration (``CALIBRATION_FIELDS``) that best explains ``table``."""
     peak = gpu.peak(precision)
-    memory_efficiency, overhead = _fit_memory(table[table["kind"] == "memory"], gpu)
+    cap = float((table["seconds"] - np.maximum(table["flops"] / peak,
+                                               table["bytes"] / gpu.hbm_bandwidth)).min())
+    memory_efficiency, overhead = _fit_memory(table[table["kind"] == "memory"], gpu,
+                                              max(cap, 0.0))
     gemm_efficiency, half = _fit_gemm(table[table["kind"] == "gemm"], peak, overhead, gpu)
     attention = table[table["kind"] == "attention"]
     attention_efficiency = (float(np.median(attention["flops"] / (
@@ -168,8 +221,9 @@ def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str,
 
 def modelled(table: pd.DataFrame, gpu: GpuSpec, values: Mapping[str, float],
              precision: str = "bf16") -> np.ndarray:
-    """Seconds the compute model gives each row with calibration ``values``."""
-    model = ComputeModel.of(calibrated(gpu, values), precision)
+    """Seconds the roofline compute model (no kernel table) gives each row with
+    calibration ``values``."""
+    model = ComputeModel.of(replace(calibrated(gpu, values), kernel_table=None), precision)
     out = []
     for row in table.to_dict("records"):
         shape = (int(row["m"]), int(row["n"]), int(row["k"])) if row["kind"] == "gemm" else None

@@ -1,4 +1,5 @@
-"""How long a kernel takes on a GPU: a roofline with shape-dependent efficiency.
+"""How long a kernel takes on a GPU: a roofline with shape-dependent efficiency,
+corrected by a measured kernel table where the GPU has one (``compute.table``).
 
     t = max(flops / (peak * eff(kernel)), bytes / (hbm * mem_eff)) + overhead
 
@@ -6,12 +7,15 @@ GEMM efficiency rises with size, ``eff = gemm_eff * x / (x + x_half)`` where x i
 the geometric mean of (m, n, k): small GEMMs cannot fill the GPU's SMs. Fused
 attention runs at a constant fraction of peak; element-wise kernels are bound
 by memory bandwidth. The figures come from the GPU spec (``topologies.gpus``),
-fitted to published measurements.
+fitted to published measurements. A kernel table (``kernel_table:`` in the GPU
+file, or ``cluster.kernel_table``) multiplies the roofline's time by the
+correction its rows give near the kernel's shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,13 +31,26 @@ class ComputeModel:
     attention_efficiency: float
     memory_efficiency: float
     kernel_overhead: float
+    table: object = field(default=None, compare=False)  # compute.table.KernelTable
 
     @classmethod
     def of(cls, gpu, precision: str) -> ComputeModel:
-        """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``."""
-        return cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
-                   gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
-                   gpu.kernel_overhead)
+        """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``, with
+        the GPU's kernel table where it has one for that precision."""
+        roofline = cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
+                       gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
+                       gpu.kernel_overhead)
+        if gpu.kernel_table is None:
+            return roofline
+        from simulator.compute.table import for_gpu
+
+        return replace(roofline, table=for_gpu(str(gpu.kernel_table), gpu, precision, roofline))
+
+    def describe(self) -> str:
+        """Which model times the kernels, for the run's summary."""
+        if self.table is None:
+            return "roofline"
+        return f"roofline corrected by the kernel table {self.table.describe()}"
 
     def efficiency(self, op: Op) -> float:
         """Fraction of peak FLOP/s that ``op`` reaches."""
@@ -51,7 +68,9 @@ class ComputeModel:
             return 0.0
         t_flops = op.flops / (self.peak_flops * self.efficiency(op)) if op.flops else 0.0
         t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency)
-        return max(t_flops, t_memory) + self.kernel_overhead
+        seconds = max(t_flops, t_memory) + self.kernel_overhead
+        return seconds if self.table is None else seconds * math.exp(
+            self.table.log_correction(op))
 
     def durations(self, ops: tuple[Op, ...]) -> np.ndarray:
         """``duration`` of each op, worked out once per distinct kernel (a stage's
@@ -62,7 +81,7 @@ class ComputeModel:
         compute = OpKind.COMPUTE
         for i, op in enumerate(ops):
             if op[0] is compute:
-                key = op[1:2] + op[5:9]  # name, kernel, flops, bytes, shape
+                key = op[1:4:2] + op[5:9]  # name, phase, kernel, flops, bytes, shape
                 seconds = memo.get(key)
                 if seconds is None:
                     seconds = memo[key] = self.duration(op)

@@ -58,6 +58,7 @@ SCHEMA = {
     "fabric": (_fabric_section, None),
     "compute_jitter": (number(0.0, 1.0), 0.0),
     "calibration": (text, None),
+    "kernel_table": (text, None),
 }
 
 
@@ -127,6 +128,23 @@ def _calibration(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec
         raise ScenarioError(str(error)) from None
 
 
+def _kernel_table(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec:
+    """The GPU with a measured kernel table (``none``: the roofline alone)."""
+    if path_text.strip().lower() == "none":
+        return dataclasses.replace(gpu, kernel_table=None)
+    from simulator.compute.calibration import CalibrationError
+    from simulator.compute.table import read_table
+
+    path = Path(path_text)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        read_table(str(path))
+    except CalibrationError as error:
+        raise ScenarioError(f"cluster.kernel_table: {error}") from None
+    return dataclasses.replace(gpu, kernel_table=path)
+
+
 def _whole_graph(spec: ClusterSpec, base_dir: Path | None) -> nx.DiGraph | None:
     """The cluster's graph when its network kind reads it whole from a file."""
     try:
@@ -141,6 +159,8 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
     cluster, gpu = _cluster(values)
     if values["calibration"] is not None:
         gpu = _calibration(values["calibration"], gpu, base_dir)
+    if values["kernel_table"] is not None:
+        gpu = _kernel_table(values["kernel_table"], gpu, base_dir)
     nodes = values["nodes"]
     gpus = nodes * cluster.gpus_per_node
     graph = _whole_graph(cluster, base_dir)

@@ -239,7 +239,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     graph = scenario.machine.build_graph()
     fabric = Fabric(graph)
     placement = graph.graph["gpus"][: program.ranks]
-    durations = _durations(program, compute_model(scenario))
+    model = compute_model(scenario)
+    durations = _durations(program, model)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
@@ -273,6 +274,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
         raise SimulationError(f"the iteration time came out as {summary['iteration_time_s']}")
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
+                   compute_model=model.describe(),
                    **program.notes, events=result.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
