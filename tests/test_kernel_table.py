@@ -157,7 +157,7 @@ def test_a_users_table_is_read_relative_to_the_scenario(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     (None, "cluster.kernel_table: .*missing.csv"),
     ("kind,seconds\nmatmul,1\n", "cluster.kernel_table: .*line 2: kind 'matmul'"),
-    ("kind,bytes,seconds,calls\nmemory,100,1,0\n", "line 2: calls 0 must be a whole number"),
+    ("kind,bytes,seconds,calls\nmemory,100,1,-1\n", "line 2: calls -1 must be a whole number"),
 ])
 def test_a_bad_kernel_table_is_refused_naming_the_field(tmp_path, text, message):
     if text is not None:

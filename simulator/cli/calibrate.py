@@ -14,10 +14,14 @@ def add_parser(sub) -> None:
                                            "table of measured kernel times (README: Calibration)"
                                            " and write a calibration file for "
                                            "cluster.calibration.")
-    calibrate.add_argument("kernels", help="kernel table CSV (scripts/measure_kernels.py)")
+    calibrate.add_argument("kernels", help="kernel table CSV (scripts/measure_kernels.py), or "
+                                           "a PyTorch profiler trace of one training step "
+                                           "(.json or .json.gz, with record_shapes=True)")
     calibrate.add_argument("--gpu", required=True, help="GPU preset the table was measured on")
     calibrate.add_argument("--out", required=True, help="calibration file to write (YAML)")
     calibrate.add_argument("--precision", default="bf16", help="precision of the GEMMs")
+    calibrate.add_argument("--table", help="also write the kernel table read from a trace "
+                                           "(CSV, for cluster.kernel_table)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
                             f"{', '.join(gpu.peak_flops)} for {gpu.name}")
     out = options.output_file(args.out, "--out")
     try:
-        table, floor = calibration.without_launch_floor(calibration.read_kernels(args.kernels),
-                                                        gpu, args.precision)
+        table, floor = calibration.without_launch_floor(_read(args), gpu, args.precision)
         values = calibration.fit(table, gpu, args.precision)
     except calibration.CalibrationError as error:
         raise ScenarioError(str(error)) from None
@@ -80,3 +83,43 @@ def pd_series(values, table):
     import pandas as pd
 
     return pd.Series(values, index=table.index)
+
+
+def _read(args: argparse.Namespace):
+    """The kernel table: a CSV as written, or read from a profiler trace (whose
+    mapping is printed, and written with --table)."""
+    from simulator.compute import calibration
+
+    if not str(args.kernels).endswith((".json", ".json.gz")):
+        if args.table:
+            raise ScenarioError("--table: only a profiler trace is turned into a kernel table "
+                                f"({args.kernels!r} is one already)")
+        return calibration.read_kernels(args.kernels)
+    from simulator.compute.kineto import kernel_table
+
+    table, report = kernel_table(args.kernels)
+    print(f"trace            {report['kernels']:,} GPU kernels: {report['calls']:,} operator "
+          f"calls mapped to {report['rows']} shapes "
+          f"({', '.join(f'{n} {k}' for k, n in report['kinds'].items())}), "
+          f"{report['nccl']:,} NCCL skipped, {sum(report['unmapped'].values()):,} unmapped")
+    if report["unmapped"]:
+        print("                 unmapped, most frequent: " + ", ".join(
+            f"{name} ({n})" for name, n in list(report["unmapped"].items())[:5]))
+    table = table[(table["kind"] == "memory") | (table["dtype"] == args.precision)]
+    if table.empty:
+        raise ScenarioError(f"{args.kernels}: no GEMM or attention kernel in {args.precision} "
+                            "(--precision)")
+    if args.table:
+        out = options.output_file(args.table, "--table")
+        table.to_csv(out, index=False)
+        print(f"kernel table     {args.table}  (use it with cluster.kernel_table: {args.table})")
+    return calibration.read_kernels(_as_csv(table))
+
+
+def _as_csv(table):
+    import io
+
+    buffer = io.StringIO()
+    table.to_csv(buffer, index=False)
+    buffer.seek(0)
+    return buffer

@@ -10,7 +10,8 @@ writes one on a GPU with PyTorch) has the columns
     bytes     HBM bytes per call (memory rows)
     seconds   measured time per call
     calls     calls timed back to back per timing (optional; missing or 1: one
-              call at a time, so every row carries the host's launch latency)
+              call at a time, so every row carries the host's launch latency;
+              0: the GPU's own kernel timestamps, from a profiler trace)
     dtype     precision the kernels ran in (optional; bf16 by default)
 
 and the fit follows the roofline of ``simulator.compute.model``, one kind at a time,
@@ -93,8 +94,9 @@ def launch_floor(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> 
     kernels' own times cannot show). The floor is the largest constant that
     leaves every row at or above its physical lower bound max(flops / peak,
     bytes / HBM bandwidth): an upper bound on the latency all rows share, from
-    the table itself. 0 for tables timed back to back (``calls`` > 1)."""
-    single = table[table["calls"] <= 1]
+    the table itself. 0 for tables timed back to back (``calls`` > 1) or by
+    the GPU's own timestamps (``calls`` 0)."""
+    single = table[table["calls"] == 1]
     if single.empty:
         return 0.0
     bound = np.maximum(single["flops"] / gpu.peak(precision), single["bytes"] / gpu.hbm_bandwidth)
@@ -108,7 +110,7 @@ def without_launch_floor(table: pd.DataFrame, gpu: GpuSpec,
     if floor == 0.0:
         return table, 0.0
     out = table.copy()
-    out.loc[out["calls"] <= 1, "seconds"] -= floor
+    out.loc[out["calls"] == 1, "seconds"] -= floor
     return out, floor
 
 
@@ -145,10 +147,10 @@ def _check_rows(path: str | Path, table: pd.DataFrame, written: pd.DataFrame) ->
                                        f"positive number in a {kind} row")
         calls = record["calls"]
         if "calls" in written.columns and written.at[row - 2, "calls"] == written.at[
-                row - 2, "calls"] and not (calls >= 1 and np.isfinite(calls)):
+                row - 2, "calls"] and not (calls >= 0 and np.isfinite(calls)):
             raise CalibrationError(f"{path}: line {row}: calls "
                                    f"{_cell(written.at[row - 2, 'calls'])} must be a whole "
-                                   "number >= 1 (calls timed back to back)")
+                                   "number >= 0 (calls timed back to back; 0: GPU timestamps)")
         for column in ("flops", "bytes"):  # optional where not required: finite if given
             if record[column] == record[column] and not np.isfinite(record[column]):
                 raise CalibrationError(f"{path}: line {row}: {column} "
