@@ -200,3 +200,44 @@ def test_shortest_paths_from_one_search_equal_networkx(n, p, seed):
                 assert mine == sorted(nx.all_shortest_paths(graph, source, target))
             else:
                 assert mine == []
+
+
+def _spine_loads(spec, nodes):
+    """Flows per leaf-to-spine uplink when every NIC sends to the next server's
+    NIC of the same index (the inter-node permutation of NCCL's rings)."""
+    from collections import Counter
+
+    graph = build_cluster(spec, nodes)
+    routing = graph.graph["routing"](graph)
+    loads = Counter()
+    for node in range(nodes):
+        for g in range(spec.gpus_per_node):
+            path = routing.path(f"n{node}.gpu{g}", f"n{(node + 1) % nodes}.gpu{g}")
+            loads.update((a, b) for a, b in zip(path, path[1:], strict=False)
+                         if a.startswith("leaf") and b.startswith("spine"))
+    return loads
+
+
+def test_ecmp_hash_collides_where_d_mod_k_does_not():
+    spec = CLUSTERS["dgx-a100"]
+    assert max(_spine_loads(spec, 16).values()) == 1  # D-mod-K: one flow per uplink
+    hashed = [_spine_loads(dataclasses.replace(spec, ecmp="hash", ecmp_seed=s), 16)
+              for s in range(3)]
+    assert all(max(loads.values()) >= 2 for loads in hashed)  # 32 of 32 uplinks: collisions
+    assert hashed[0] == _spine_loads(dataclasses.replace(spec, ecmp="hash", ecmp_seed=0), 16)
+    assert hashed[0] != hashed[1]  # the seed picks the collisions
+
+
+def test_ecmp_hash_slows_a_multi_leaf_all_reduce_and_nothing_within_a_leaf():
+    from simulator.base.ir import Collective
+    from simulator.collectives.nccl_tests import time_alone
+    from simulator.collectives.tuner import Collectives
+
+    def seconds(nodes, **changes):
+        fabric = Fabric(build_cluster(dataclasses.replace(CLUSTERS["dgx-a100"], **changes),
+                                      nodes))
+        gpus = fabric.graph.graph["gpus"]
+        return time_alone(fabric, Collectives(fabric), Collective.ALL_REDUCE, gpus, 2**30)[0]
+
+    assert seconds(16, ecmp="hash") > 1.1 * seconds(16)
+    assert seconds(4, ecmp="hash") == seconds(4)  # 32 NICs, one leaf: no path to pick

@@ -61,6 +61,11 @@ class ClusterSpec:
     nic_efficiency: float = setting(EFFICIENCY, 0.96)
     nvls: bool = setting(boolean, False)  # NVSwitch with NVLink SHARP (in-switch reductions)
     nvls_efficiency: float = setting(EFFICIENCY, 0.836)
+    # how a switch picks among equal-cost paths: "d-mod-k" (InfiniBand's ftree
+    # routing: by destination, collision-free for permutations) or "hash" (ECMP
+    # on Ethernet/RoCE: each GPU pair's flow pinned to a path by a seeded hash)
+    ecmp: str = setting(choice(("d-mod-k", "hash")), "d-mod-k")
+    ecmp_seed: int = setting(integer(0), 0)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
     description: str = ""
 

@@ -9,7 +9,12 @@ The default, used by every network kind unless its module names another:
   choice is destination-mod-k: path ``d mod k`` for the destination NIC's
   index d, as InfiniBand's fat-tree routing (OpenSM ``ftree``, D-mod-K) does.
   It is deterministic and spreads permutation traffic such as NCCL's rings
-  over distinct uplinks, where a random hash would collide.
+  over distinct uplinks, where a random hash would collide. With the
+  cluster's ``ecmp: hash`` (Ethernet / RoCE fabrics, whose switches hash
+  each flow's header to a path) the choice is a seeded hash of the (source
+  NIC, destination NIC) pair instead: flows collide on some uplinks and leave
+  others idle, as measured on such fabrics (one flow per GPU pair: NCCL's
+  several queue pairs per connection, which hash apart, are not modelled).
 
 A network kind with other rules subclasses ``Routing`` in its own module (the
 rail-optimized fabric's PXN) and sets it as its spec's ``routing``;
@@ -18,6 +23,7 @@ rail-optimized fabric's PXN) and sets it as its spec's ``routing``;
 
 from __future__ import annotations
 
+import zlib
 from typing import ClassVar
 
 import networkx as nx
@@ -60,8 +66,14 @@ class Routing:
         head = self.head(src, dst_nic)
         src_nic = nodes[head[-1]]["nic"]
         paths = self._paths_between(self._leaf(src_nic), self._leaf(dst_nic))
-        choice = self._nic_index[dst_nic] % len(paths)
-        return [*head, src_nic, *paths[choice], dst_nic, dst]
+        return [*head, src_nic, *paths[self.pick(src_nic, dst_nic, len(paths))], dst_nic, dst]
+
+    def pick(self, src_nic: str, dst_nic: str, count: int) -> int:
+        """Which of ``count`` equal-cost switch paths the pair's traffic takes."""
+        rule, seed = self.graph.graph.get("ecmp", ("d-mod-k", 0))
+        if rule == "hash" and count > 1:
+            return zlib.crc32(f"{seed}|{src_nic}|{dst_nic}".encode()) % count
+        return self._nic_index[dst_nic] % count
 
     def head(self, src: str, dst_nic: str) -> list[str]:
         """The GPUs the data crosses on its own server before a NIC: ``src`` alone."""
