@@ -326,3 +326,62 @@ def test_every_rank_sends_and_receives_the_same_bytes(algorithm, nodes, data):
     assert sum(sent.values()) == pytest.approx(sum(received.values()))
     for g in gpus:
         assert sent[g] == pytest.approx(received[g])
+
+
+# ---- in-network reduction (SHARP, NCCL CollNet Direct) ----------------------------
+def test_collnet_closed_form_where_the_nics_bind():
+    """Each NIC carries S/g up and S/g down; the switches reduce, so every leaf
+    uplink carries one stream per shard: time = latency + (S/g) / NIC rate."""
+    from simulator.collectives.tuner import latency
+
+    spec = dataclasses.replace(A100, nic_bandwidth=1e9, sharp=True)  # NIC-bound
+    fabric, size, g = fabric_of(spec, 8), 1e9, A100.gpus_per_node  # 64 NICs, two leaves
+    gpus = fabric.graph.graph["gpus"]
+    t, lowered = run_call(fabric, Collective.ALL_REDUCE, gpus, size, Algorithm.COLLNET)
+    plan = Collectives(fabric).plan(Collective.ALL_REDUCE, Algorithm.COLLNET, gpus)
+    nic = spec.nic_bandwidth * spec.nic_efficiency
+    assert t == pytest.approx(latency(plan, Protocol.SIMPLE) + size / g / nic, rel=1e-9)
+    ring, _ = run_call(fabric, Collective.ALL_REDUCE, gpus, size, Algorithm.RING)
+    assert t < 0.55 * ring  # a ring moves 2(n-1)/n S/g per NIC
+    edges = {i: e for e, i in fabric.index.items()}
+    uplinks = Counter(edges[link] for route in plan.routes for link in route
+                      if edges[link][0].startswith("leaf") and edges[link][1].startswith("spine"))
+    assert sum(uplinks.values()) == 2 * g and max(uplinks.values()) == 1  # a flow per shard
+
+
+def test_collnet_latency_is_one_network_step():
+    spec = dataclasses.replace(H100, sharp=True)
+    fabric = fabric_of(spec, 16)
+    gpus = fabric.graph.graph["gpus"]
+    small = {a: run_call(fabric, Collective.ALL_REDUCE, gpus, 2**20, a)[0]
+             for a in (Algorithm.COLLNET, Algorithm.TREE, Algorithm.RING)}
+    assert small[Algorithm.COLLNET] < 0.5 * min(small[Algorithm.TREE], small[Algorithm.RING])
+    assert Collectives(fabric)(Collective.ALL_REDUCE, gpus, 2**20).algorithm is Algorithm.COLLNET
+
+
+def test_collnet_needs_sharp_and_several_servers():
+    plain = fabric_of(A100, 2)
+    gpus = plain.graph.graph["gpus"]
+    assert Collectives(plain).plan(Collective.ALL_REDUCE, Algorithm.COLLNET, gpus) is None
+    with pytest.raises(CollectiveError, match="collnet cannot run all_reduce"):
+        Collectives(plain, Algorithm.COLLNET)(Collective.ALL_REDUCE, gpus, 1e6)
+    one = fabric_of(dataclasses.replace(A100, sharp=True), 1)
+    assert Collectives(one).plan(Collective.ALL_REDUCE, Algorithm.COLLNET,
+                                 one.graph.graph["gpus"]) is None
+    assert Collectives(fabric_of(dataclasses.replace(A100, sharp=True), 2)).plan(
+        Collective.ALL_GATHER, Algorithm.COLLNET, gpus) is None
+
+
+def test_a_scenario_runs_its_data_parallel_all_reduces_in_the_switches():
+    from simulator import run
+    from simulator.config.scenario import ScenarioError, from_dict
+
+    scenario = {"name": "sharp", "cluster": {"preset": "dgx-a100", "nodes": 2, "sharp": True},
+                "model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 4096},
+                "training": {"seq_len": 1024, "global_batch": 16},
+                "parallelism": {"dp": 16}, "network": {"algorithm": "collnet"}}
+    comms = run(from_dict(scenario)).comms
+    assert set(comms.loc[comms["dimension"] == "dp", "algorithm"]) == {"collnet"}
+    scenario["cluster"]["sharp"] = False
+    with pytest.raises(ScenarioError, match="network.algorithm: 'collnet' needs switches"):
+        from_dict(scenario)

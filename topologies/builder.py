@@ -101,6 +101,7 @@ def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.D
         spec.fabric.build(graph, nics, wire)
     graph.graph["routing"] = spec.fabric.routing  # the kind answers routes on its graph
     graph.graph["ecmp"] = (spec.ecmp, spec.ecmp_seed)  # how it picks among equal paths
+    graph.graph["sharp"] = spec.sharp  # in-network reduction (simulator.collectives.collnet)
     graph.graph["gpus"] = [gpu_name(node, g) for node in range(nodes)
                            for g in range(spec.gpus_per_node)]
     return graph

@@ -66,6 +66,7 @@ class ClusterSpec:
     # on Ethernet/RoCE: each GPU pair's flow pinned to a path by a seeded hash)
     ecmp: str = setting(choice(("d-mod-k", "hash")), "d-mod-k")
     ecmp_seed: int = setting(integer(0), 0)
+    sharp: bool = setting(boolean, False)  # switches reduce in the network (InfiniBand SHARP)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
     description: str = ""
 

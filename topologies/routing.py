@@ -79,6 +79,32 @@ class Routing:
         """The GPUs the data crosses on its own server before a NIC: ``src`` alone."""
         return [src]
 
+    def aggregation_root(self, leaves: list[str], index: int) -> str:
+        """The switch an in-network reduction over ``leaves`` meets at: one that
+        all reach in the fewest hops (the tops of a fat tree), the ``index``-th
+        of those, so that trees of different shards spread over the spines."""
+        hops = np.array([self._hops_from(leaf) for leaf in leaves])
+        worst = np.where((hops >= 0).all(axis=0), hops.max(axis=0), np.iinfo(np.int64).max)
+        if worst.min() == np.iinfo(np.int64).max:
+            raise RoutingError(f"no switch joins the leaves {', '.join(leaves)}")
+        tops = np.flatnonzero(worst == worst.min())
+        return self._switch_names[int(tops[index % len(tops)])]
+
+    def switch_path(self, a: str, b: str, index: int) -> list[str]:
+        """The ``index``-th (mod their number) shortest switch path from ``a`` to ``b``."""
+        paths = self._paths_between(a, b)
+        return paths[index % len(paths)]
+
+    def _hops_from(self, switch: str) -> np.ndarray:
+        hops = self._hops.get(switch)
+        if hops is None:
+            hops = self._hops[switch] = self._levels(self._switch_index[switch])
+        return hops
+
+    def leaf(self, nic: str) -> str:
+        """The switch ``nic`` attaches to."""
+        return self._leaf(nic)
+
     def _leaf(self, nic: str) -> str:
         """The switch ``nic`` attaches to (the first by name; cached)."""
         if nic not in self._leaves:
@@ -106,9 +132,7 @@ class Routing:
         shortest paths to ``target`` (what ``shortest_paths`` walks): one
         breadth-first search per source switch, by levels over the switches'
         adjacency matrix, shared by all its destinations."""
-        hops = self._hops.get(source)
-        if hops is None:
-            hops = self._hops[source] = self._levels(self._switch_index[source])
+        hops = self._hops_from(source)
         names, adjacency = self._switch_names, self._adjacency
         end = self._switch_index[target]
         if hops[end] < 0:

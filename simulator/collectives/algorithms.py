@@ -1,6 +1,6 @@
 """Collective algorithms as NCCL runs them, lowered to flows on the fabric.
 
-Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``direct``) whose
+Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``direct``, ``collnet``) whose
 planner returns a ``Plan`` (``plan``): the flows (route, payload bytes) an algorithm
 puts on the fabric and the pipeline steps it pays latency for; a protocol then
 turns the plan into wire bytes and a latency (``simulator.collectives.tuner``).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simulator.collectives.collnet import collnet
 from simulator.collectives.direct import direct
 from simulator.collectives.nccl import Algorithm
 from simulator.collectives.nvls import nvls
@@ -31,4 +32,5 @@ PLANNERS: dict[Algorithm, Callable[..., Plan]] = {
     Algorithm.TREE: tree,
     Algorithm.NVLS: nvls,
     Algorithm.DIRECT: direct,
+    Algorithm.COLLNET: collnet,
 }

@@ -37,6 +37,7 @@ class Algorithm(Symbol):
     TREE = "tree"
     NVLS = "nvls"
     DIRECT = "direct"  # all-to-all and point-to-point: every pair talks directly
+    COLLNET = "collnet"  # in-network reduction (InfiniBand SHARP), NCCL's CollNet Direct
 
 
 class Protocol(Symbol):
@@ -50,6 +51,7 @@ _BASE = {
     Algorithm.RING: {Protocol.LL: 6.6, Protocol.LL128: 14.0, Protocol.SIMPLE: 8.4},
     Algorithm.TREE: {Protocol.LL: 6.8, Protocol.LL128: 14.0, Protocol.SIMPLE: 8.4},
     Algorithm.NVLS: {Protocol.SIMPLE: 23.0},
+    Algorithm.COLLNET: {Protocol.SIMPLE: 0.0},  # tuning.cc: CollNet runs Simple only
 }
 _STEP = {
     Algorithm.RING: {
@@ -63,6 +65,9 @@ _STEP = {
         Transport.NET: {Protocol.LL: 5.0, Protocol.LL128: 8.5, Protocol.SIMPLE: 14.0},
     },
     Algorithm.NVLS: {Transport.NVLINK: {Protocol.SIMPLE: 25.0}},
+    Algorithm.COLLNET: {Transport.NVLINK: {Protocol.SIMPLE: 3.7},
+                        Transport.PCI: {Protocol.SIMPLE: 3.7},
+                        Transport.NET: {Protocol.SIMPLE: 31.0}},
 }
 _EFFICIENCY = {Protocol.LL: 0.25, Protocol.LL128: 0.92, Protocol.SIMPLE: 1.0}
 

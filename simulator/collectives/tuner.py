@@ -57,7 +57,7 @@ class Lowered:
 
 
 CANDIDATES = {
-    Collective.ALL_REDUCE: (Algorithm.NVLS, Algorithm.RING, Algorithm.TREE),
+    Collective.ALL_REDUCE: (Algorithm.NVLS, Algorithm.RING, Algorithm.TREE, Algorithm.COLLNET),
     Collective.ALL_GATHER: (Algorithm.RING,),
     Collective.REDUCE_SCATTER: (Algorithm.RING,),
     Collective.BROADCAST: (Algorithm.RING,),

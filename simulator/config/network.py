@@ -28,9 +28,15 @@ def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | N
     if algorithm is Algorithm.NVLS and not has_nvls:
         raise fail("network.algorithm", "nvls", "needs an NVSwitch with NVLink SHARP "
                                                  "(dgx-h100, dgx-h200, or cluster.nvls: true)")
-    if algorithm is Algorithm.NVLS and protocol not in (None, Protocol.SIMPLE):
+    if algorithm is Algorithm.COLLNET and not (cluster.sharp or (
+            graph is not None and graph.graph.get("sharp"))):
+        raise fail("network.algorithm", "collnet", "needs switches with SHARP "
+                                                    "(cluster.sharp: true)")
+    if algorithm in (Algorithm.NVLS, Algorithm.COLLNET) and protocol not in (
+            None, Protocol.SIMPLE):
         raise fail("network.protocol", protocol.value, "cannot run with network.algorithm "
-                                                        "nvls, which uses simple only")
+                                                        f"{algorithm.value}, which uses simple "
+                                                        "only")
     return algorithm, protocol
 
 
