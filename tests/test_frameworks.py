@@ -214,3 +214,61 @@ def test_overlapped_parameter_gather_covers_gemms_pipelined_with_tp_communicatio
     piped, plain = run(tiny(**layout, tp_comm_overlap=True)), run(tiny(**layout))
     assert dp_bytes(piped, "all_gather") == pytest.approx(dp_bytes(plain, "all_gather"))
     assert dp_calls(piped, "all_gather") == dp_calls(plain, "all_gather")
+
+
+# ---- PyTorch FSDP: reduce-scatter per micro-batch, backward prefetch ---------------
+FSDP_TINY = dict(dp=16, fsdp={"sharding": "full_shard"}, framework="pytorch",
+                 training__micro_batch=1, training__global_batch=64)
+
+
+def _dp_calls(result, name):
+    comms = result.comms
+    return comms[(comms["dimension"] == "dp") & (comms["collective"] == name)]
+
+
+def test_fsdp_reduce_scatters_every_micro_batch_without_a_pipeline():
+    """PyTorch FSDP's default (no no_sync): one reduce-scatter per layer per
+    micro-batch; with a pipeline, torch.distributed.pipelining syncs at each
+    stage's last micro-batch only."""
+    result = run(tiny(**FSDP_TINY))
+    layers, micro_batches = result.scenario.model.layers, result.summary["micro_batches"]
+    assert micro_batches == 4
+    assert len(_dp_calls(result, "reduce_scatter")) == layers * micro_batches
+    piped = run(tiny(**{**FSDP_TINY, "dp": 8, "pp": 2}))
+    per_group = _dp_calls(piped, "reduce_scatter").groupby("group_index").size()
+    assert list(per_group) == [layers // 2] * 2  # one data-parallel group per stage
+
+
+def _gather_and_scatter_order(result):
+    """(layer, collective) of rank 0's data-parallel stream in backward, in order."""
+    spans = result.spans
+    dp = spans[(spans["rank"] == 0) & (spans["stream"] == "dp")
+               & (spans["phase"] == "backward")].sort_values("start")
+    return list(zip(dp["layer"], dp["name"], strict=True))
+
+
+@pytest.mark.parametrize("when", ["pre", "post"])
+def test_fsdp_gathers_the_next_layer_ahead_of_this_layers_reduce_scatter(when):
+    result = run(tiny(**{**FSDP_TINY, "fsdp": {"sharding": "full_shard",
+                                               "backward_prefetch": when}}))
+    order = _gather_and_scatter_order(result)
+    last = result.scenario.model.layers - 1
+    # after the last layer's gather: the next layer's gather, then the last's reduce-scatter
+    first = order.index((last, "all_gather"))
+    assert order[first + 1:first + 3] == [(last - 1, "all_gather"), (last, "reduce_scatter")]
+
+
+def test_backward_prefetch_pre_hides_the_gathers_post_exposes_them():
+    """BACKWARD_PRE issues the next layer's gather as this layer's backward starts
+    (hidden under it); BACKWARD_POST when it ends (the next backward waits)."""
+    slow = {"cluster__nic_bandwidth": "25 Gb/s"}
+    pre = run(tiny(**FSDP_TINY, **slow)).summary
+    post = run(tiny(**{**FSDP_TINY, **slow, "fsdp": {"sharding": "full_shard",
+                                                      "backward_prefetch": "post"}})).summary
+    assert post["exposed_comm_s"] > pre["exposed_comm_s"]
+    assert post["iteration_time_s"] > pre["iteration_time_s"]
+
+
+def test_fsdp_backward_prefetch_matches_the_reference_engine():
+    layout = {**FSDP_TINY, "fsdp": {"sharding": "full_shard", "backward_prefetch": "post"}}
+    assert_same_run(run(tiny(**layout)), run(reference(tiny(**layout))))

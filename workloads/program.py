@@ -151,13 +151,23 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool)
     fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
+    early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
     kept, transient = _layer_memory(ctx)
     gathered = PARAM_BYTES * ctx.layer_params * (1 - 1 / ctx.shards) if zero3 else 0.0
     order = list(layers) if forward else list(layers)[::-1]
     pending = sharded.gather(b, order[0], Phase.FORWARD if forward else Phase.BACKWARD, mb,
-                      b.last_compute) if zero3 and regather and order else None
+                             b.last_compute) if zero3 and regather and order else None
+    phase = Phase.FORWARD if forward else Phase.BACKWARD
     for n, layer in enumerate(order):
-        before = b.last_compute  # the kernel before this layer's pass starts
+        nxt = order[n + 1] if n + 1 < len(order) else None
+        ahead = zero3 and regather and nxt is not None
+        # Prefetch: the next layer's gather is issued as this layer's compute starts,
+        # ahead of this layer's reduce-scatter (one layer ahead, as FSDP's forward
+        # prefetch and its BACKWARD_PRE backward prefetch do); with BACKWARD_POST or
+        # without prefetch, when this layer's compute ends, still ahead of the
+        # reduce-scatter (FSDP runs them on two streams).
+        upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute) if (
+            ahead and prefetch and early) else None
         free = ((-gathered, "gathered_parameters"),) if zero3 and (
             not forward or (fsdp is None or fsdp.reshard_after_forward)) else ()
         if forward:
@@ -170,18 +180,11 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool)
                 pending = None
             _layer_pass(b, layer, mb, False, pending,
                         ((-kept - transient, "activations"),) + free, record)
-            if zero3 and record:
-                sharded.reduce_layer(b, layer, mb)
-        nxt = order[n + 1] if n + 1 < len(order) else None
-        if zero3 and regather and nxt is not None:
-            # Prefetch: the next layer's gather is issued as this layer's compute starts
-            # (one layer ahead, as FSDP's forward/backward prefetch and its limit of
-            # in-flight all-gathers do); without it, when this layer's compute ends.
-            after = before if prefetch else b.last_compute
-            pending = sharded.gather(b, nxt, Phase.FORWARD if forward else Phase.BACKWARD, mb,
-                                     after)
-        else:
-            pending = None
+        if ahead and upcoming is None:
+            upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute)
+        if zero3 and record and not forward:
+            sharded.reduce_layer(b, layer, mb)
+        pending = upcoming
 
 
 def _embedding(b: Stage, mb: int, forward: bool, record: bool) -> None:

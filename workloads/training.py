@@ -64,6 +64,10 @@ class FsdpSpec:
     prefetch: bool = setting(boolean, True)
     # free gathered parameters after each forward
     reshard_after_forward: bool = setting(boolean, True)
+    # when the backward gathers the next layer: "pre", before this layer's gradient
+    # computation (FSDP1's default BACKWARD_PRE, and FSDP2's), or "post", after it
+    # (BACKWARD_POST, Composer's default), so the next layer's backward waits for it
+    backward_prefetch: str = setting(choice(("pre", "post")), "pre")
 
     @property
     def zero(self) -> int:
@@ -145,10 +149,16 @@ class ParallelSpec:
 
     @property
     def reduces_every_micro_batch(self) -> bool:
-        """DeepSpeed ZeRO-2/3 reduce-scatter gradients after every micro-batch's
-        backward (their partitioned gradients cannot accumulate unreduced;
-        DeepSpeed refuses ``no_sync`` with them); the others at the last."""
-        return self.framework is Framework.DEEPSPEED and self.fsdp is None and self.zero >= 2
+        """Whether gradients are reduce-scattered after every micro-batch's backward:
+        DeepSpeed ZeRO-2/3 (their partitioned gradients cannot accumulate
+        unreduced; DeepSpeed refuses ``no_sync`` with them), and PyTorch FSDP
+        without a pipeline (its default: gradient accumulation without
+        ``no_sync``, as Composer and TorchTitan's loops run it; with a pipeline,
+        torch.distributed.pipelining turns the sync off until each stage's last
+        micro-batch). The others reduce at the last."""
+        if self.fsdp is not None:
+            return self.pp == 1
+        return self.framework is Framework.DEEPSPEED and self.zero >= 2
 
     def gradient_plan(self, training: TrainingSpec) -> GradientPlan:
         """Gradient precision, bucket size and parameter-gather overlap: the

@@ -33,6 +33,8 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
     if p["fsdp"] is not None and p["zero"]:
         raise fail("parallelism.fsdp", raw["fsdp"], "cannot be combined with parallelism.zero; "
                                                    "FSDP sets its own sharding")
+    if p["fsdp"] is not None and "framework" not in raw:
+        p["framework"] = Framework.PYTORCH  # FSDP is PyTorch's: its defaults, unless told
     if p["deepspeed"] is not None and p["framework"] is not Framework.DEEPSPEED:
         raise fail("parallelism.deepspeed", raw["deepspeed"], "needs parallelism.framework: "
                                                            "deepspeed")

@@ -12,7 +12,8 @@ transcribed.
 Metrics: ``tflops_per_gpu`` (``counting: megatron_eq3``: Narayanan et al.
 Eq. 3, hardware FLOPs with full recompute, 96Bslh^2(1 + s/6h + V/16lh); or
 ``model_flops``: the summary's model TFLOP/s), ``mfu``, ``iteration_time_s``,
-``peak_memory_gib`` (from the summary), ``busbw`` (nccl-tests bus bandwidth,
+``peak_memory_gib`` (from the summary), ``tokens_per_s_per_gpu`` (the
+summary's tokens/s over the GPUs), ``busbw`` (nccl-tests bus bandwidth,
 GB/s), ``gemm_tflops``, ``attention_tflops`` (forward + backward, 3x the
 4bs^2h forward FLOPs) and ``hbm_tbs``.
 """
@@ -126,6 +127,8 @@ def _scenario_metric(case: Case) -> float:
             flops = megatron_hardware_flops(scenario.model, t.global_batch, t.seq_len)
             return flops / summary["iteration_time_s"] / scenario.gpus / 1e12
         return float(summary["model_tflops_per_gpu"])
+    if case.metric == "tokens_per_s_per_gpu":
+        return float(summary["tokens_per_s"]) / scenario.gpus
     return float(summary[case.metric])
 
 
@@ -186,7 +189,8 @@ def _hbm_tbs(case: Case) -> float:
 
 
 METRICS: Mapping[str, Callable[[Case], float]] = {
-    "tflops_per_gpu": _scenario_metric, **{m: _scenario_metric for m in SUMMARY_METRICS},
+    "tflops_per_gpu": _scenario_metric, "tokens_per_s_per_gpu": _scenario_metric,
+    **{m: _scenario_metric for m in SUMMARY_METRICS},
     "busbw": _busbw, "gemm_tflops": _gemm_tflops, "attention_tflops": _attention_tflops,
     "hbm_tbs": _hbm_tbs,
 }
