@@ -77,6 +77,7 @@ def test_classes_split_where_the_fabric_treats_their_ranks_differently():
     scenario["cluster"] = {"preset": "dgx-a100", "nodes": 16,
                            "fabric": {"type": "fat_tree", "leaf_ports": 24}}
     scenario["training"]["global_batch"] = 64
+    scenario["training"]["cuda_graphs"] = True  # (the tiny model's kernels: not host-bound)
     auto = run(copy.deepcopy(scenario))
     assert auto.summary["simulation_exact"] is True
     assert "classes split" in auto.summary["simulation"]

@@ -41,6 +41,17 @@ class TrainingSpec:
     precision: str = setting(choice(DTYPE_BYTES), "bf16")
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
+    # host time to issue one kernel (PyTorch eager dispatch and launch): within a
+    # pipeline step the GPU cannot run kernels faster than the host issues them
+    # (simulator.compute.host). Default: the launch floor of the reference H100
+    # kernel tables, 13.6 us (compute.calibration.launch_floor); CUDA graphs: 0.
+    kernel_launch: float = setting(quantity(units.Dimension.TIME, positive=False), 13.6e-6)
+    cuda_graphs: bool = setting(boolean, False)  # one graph per step: no per-kernel launch
+
+    @property
+    def host_launch(self) -> float:
+        """Seconds of host time per kernel launch (0 with CUDA graphs)."""
+        return 0.0 if self.cuda_graphs else self.kernel_launch
 
     @property
     def dtype_bytes(self) -> int:

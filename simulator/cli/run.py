@@ -49,7 +49,8 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
         f"simulated        {summary['simulation']}",
-        f"                 kernels timed by the {summary['compute_model']}",
+        f"                 kernels timed by the {summary['compute_model']}; "
+        f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
         f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
         f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",

@@ -21,6 +21,7 @@ from simulator.analysis.summary import memory_timeline, summarize
 from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
+from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.engine.assemble import engine_class
@@ -125,16 +126,23 @@ def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
 
 
-def _durations(program: Program, model: ComputeModel):
+def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0):
     """A function rank -> compute duration of each of its ops without jitter
-    (shared by the ranks of one program)."""
+    (shared by the ranks of one program), host-bound kernels stretched
+    (``compute.host``: ``per_launch`` seconds of host time per kernel)."""
     base: dict[int, Any] = {}
+    stalls: dict[int, float] = {}
 
     def durations(rank: int):
         ops = program.ops[rank]
         if id(ops) not in base:
-            base[id(ops)] = model.durations(ops)
+            steps = program.steps[rank] if program.steps else ()
+            kernels = model.durations(ops)
+            base[id(ops)] = host_bound(ops, steps, kernels, per_launch)
+            stalls[id(ops)] = float(base[id(ops)].sum() - kernels.sum())
         return base[id(ops)]
+
+    durations.host_stall = lambda rank: stalls.get(id(program.ops[rank]), 0.0)
     return durations
 
 
@@ -240,7 +248,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     fabric = Fabric(graph)
     placement = graph.graph["gpus"][: program.ranks]
     model = compute_model(scenario)
-    durations = _durations(program, model)
+    durations = _durations(program, model, scenario.training.host_launch)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
@@ -273,8 +281,10 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     if not math.isfinite(summary["iteration_time_s"]):  # never a result to keep
         raise SimulationError(f"the iteration time came out as {summary['iteration_time_s']}")
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
+    durations(summary["critical_rank"])  # (computed for every simulated program)
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                    compute_model=model.describe(),
+                   host_stall_s=durations.host_stall(summary["critical_rank"]),
                    **program.notes, events=result.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)

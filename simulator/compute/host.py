@@ -1,0 +1,62 @@
+"""Host-bound kernels: the GPU cannot run kernels faster than the host issues them.
+
+PyTorch issues every kernel from the host (dispatch, then ``cudaLaunchKernel``):
+``training.kernel_launch`` seconds each, none with CUDA graphs. The host runs
+ahead of the GPU while kernels are longer than that and falls behind while they
+are shorter, so a run of short kernels (a small micro-batch, a high tensor
+parallel degree, element-wise ops) leaves the GPU idle between them.
+
+Within one pipeline step (``Program.steps``: one forward or backward of one
+micro-batch through one chunk) the host and the GPU race from a common start:
+kernel i is issued at ``r_i = r_{i-1} + launches_i * L`` and ends at
+``g_i = max(g_{i-1}, r_i) + d_i``; its effective duration is ``g_i - g_{i-1}``.
+A forward kernel is one launch, a backward one two (input and weight
+gradients, or FlashAttention's backward kernels). The race ignores the lead
+the host gains while the GPU waits for communication, and starts each step
+without lead, so it charges at most a few launches per step too many; steps
+of one kind get the same durations, as the engine's step templates need.
+Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulator.base.ir import Op, OpKind, Phase
+
+
+def race(durations: np.ndarray, launches: np.ndarray, per_launch: float) -> np.ndarray:
+    """Effective durations of kernels run in order as the host issues them.
+
+    >>> race(np.array([1.0, 1.0, 10.0, 1.0]), np.array([1, 1, 1, 1]), 2.0).tolist()
+    [3.0, 2.0, 11.0, 1.0]
+    """
+    issued = np.cumsum(launches * per_launch)
+    end, out = 0.0, np.empty_like(durations)
+    for i, (d, r) in enumerate(zip(durations.tolist(), issued.tolist(), strict=True)):
+        start = max(end, r)
+        out[i] = start + d - end
+        end = start + d
+    return out
+
+
+def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
+               per_launch: float) -> np.ndarray:
+    """``durations`` with each step's compute kernels stretched where the host
+    falls behind (the same for every step of one kind)."""
+    if per_launch <= 0 or not steps:
+        return durations
+    out = durations.copy()
+    done: dict[object, np.ndarray] = {}
+    for first, end, key in steps:
+        compute = [i for i in range(first, end) if ops[i].kind is OpKind.COMPUTE]
+        if not compute:
+            continue
+        stretched = done.get(key)
+        if stretched is None or len(stretched) != len(compute):
+            launches = np.array([2 if ops[i].phase is Phase.BACKWARD else 1 for i in compute])
+            stretched = done[key] = race(durations[compute], launches, per_launch)
+        out[compute] = stretched
+    return out
