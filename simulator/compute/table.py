@@ -93,7 +93,7 @@ def row_family(kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class KernelTable:
-    """Measured kernel times, ready to correct a roofline (``correction``)."""
+    """Measured kernel times, ready to correct a roofline (``log_correction``)."""
 
     families: dict[str, Family]
     source: str
