@@ -90,8 +90,13 @@ def test_data_files_ship_with_the_package():
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]
+    def matches(relative: str, pattern: str) -> bool:  # setuptools: "*" stays in a folder
+        parts, wanted = relative.split("/"), pattern.split("/")
+        return len(parts) == len(wanted) and all(
+            fnmatch.fnmatch(a, b) for a, b in zip(parts, wanted, strict=True))
+
     for package in ("simulator", "topologies"):
         root = ROOT / package
-        for path in root.rglob("*.yaml"):
+        for path in [*root.rglob("*.yaml"), *root.rglob("*.csv")]:
             relative = path.relative_to(root).as_posix()
-            assert any(fnmatch.fnmatch(relative, p) for p in declared[package]), relative
+            assert any(matches(relative, p) for p in declared[package]), relative
