@@ -123,9 +123,10 @@ def test_deepspeed_zero3_gathers_each_module_and_reduces_every_micro_batch():
     layers, passes, micro = 8, 2, 2  # tiny: 2 micro-batches per rank
     # qkv, proj, fc1, fc2 each gathered in forward and backward; the norms persist
     assert dp_calls(ds, "all_gather") == 4 * layers * passes * micro
-    assert dp_calls(fsdp, "all_gather") == layers * passes * micro  # one flat unit per layer
+    # one flat unit per layer, and the embedding and the head as units of their own
+    assert dp_calls(fsdp, "all_gather") == (layers + 2) * passes * micro
     assert dp_calls(ds, "reduce_scatter") == micro  # one 5e8-element bucket per backward
-    assert dp_calls(fsdp, "reduce_scatter") == layers  # per layer, last micro-batch only
+    assert dp_calls(fsdp, "reduce_scatter") == layers + 2  # per unit, last micro-batch only
     params = ds.summary["parameters"]
     assert dp_bytes(ds, "reduce_scatter") == pytest.approx(2 * params * micro)
 
@@ -227,16 +228,17 @@ def _dp_calls(result, name):
 
 
 def test_fsdp_reduce_scatters_every_micro_batch_without_a_pipeline():
-    """PyTorch FSDP's default (no no_sync): one reduce-scatter per layer per
-    micro-batch; with a pipeline, torch.distributed.pipelining syncs at each
-    stage's last micro-batch only."""
+    """PyTorch FSDP's default (no no_sync): one reduce-scatter per unit (each
+    layer, the embedding, the head) per micro-batch; with a pipeline,
+    torch.distributed.pipelining syncs at each stage's last micro-batch only."""
     result = run(tiny(**FSDP_TINY))
     layers, micro_batches = result.scenario.model.layers, result.summary["micro_batches"]
     assert micro_batches == 4
-    assert len(_dp_calls(result, "reduce_scatter")) == layers * micro_batches
+    assert len(_dp_calls(result, "reduce_scatter")) == (layers + 2) * micro_batches
     piped = run(tiny(**{**FSDP_TINY, "dp": 8, "pp": 2}))
     per_group = _dp_calls(piped, "reduce_scatter").groupby("group_index").size()
-    assert list(per_group) == [layers // 2] * 2  # one data-parallel group per stage
+    # one data-parallel group per stage: its layers, and the embedding or the head
+    assert list(per_group) == [layers // 2 + 1] * 2
 
 
 def _gather_and_scatter_order(result):
@@ -272,3 +274,19 @@ def test_backward_prefetch_pre_hides_the_gathers_post_exposes_them():
 def test_fsdp_backward_prefetch_matches_the_reference_engine():
     layout = {**FSDP_TINY, "fsdp": {"sharding": "full_shard", "backward_prefetch": "post"}}
     assert_same_run(run(tiny(**layout)), run(reference(tiny(**layout))))
+
+
+def test_zero3_gathers_and_reduces_the_embedding_and_the_head_as_units():
+    """FSDP wraps the embedding and the output layer too: each is gathered before
+    its forward and its backward (a tied logits weight with it) and its
+    gradients reduce-scattered, every micro-batch here."""
+    result = run(tiny(**FSDP_TINY))
+    m, micro_batches = result.scenario.model, result.summary["micro_batches"]
+    gathers, scatters = _dp_calls(result, "all_gather"), _dp_calls(result, "reduce_scatter")
+    assert len(gathers) == (2 * m.layers + 4) * micro_batches
+    assert len(scatters) == (m.layers + 2) * micro_batches
+    assert gathers["bytes"].max() >= 2 * m.vocab * m.hidden  # the bf16 vocabulary table
+    zero3 = {k: v for k, v in FSDP_TINY.items() if k != "fsdp"}
+    for layout in ({**zero3, "zero": 3}, FSDP_TINY):
+        layout = {**layout, "dp": 8, "pp": 2}
+        assert_same_run(run(tiny(**layout)), run(reference(tiny(**layout))))

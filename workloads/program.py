@@ -142,12 +142,16 @@ def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
                     record, fetch=fetcher.wait)
 
 
-def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool) -> None:
-    """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory."""
+def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
+                  then: tuple[int, int] | None = None) -> int | None:
+    """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory.
+    ``then`` (unit id, parameters): the ZeRO-3 unit used after the last layer (the
+    head forward, the embedding backward), prefetched as the next layer would be;
+    returns its gather."""
     ctx = b.ctx
     if ctx.parallel.deepspeed_zero3 is not None:
         _chunk_layers_per_tensor(b, layers, mb, forward, record)
-        return
+        return None
     fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
@@ -159,14 +163,15 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool)
                              b.last_compute) if zero3 and regather and order else None
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     for n, layer in enumerate(order):
-        nxt = order[n + 1] if n + 1 < len(order) else None
-        ahead = zero3 and regather and nxt is not None
+        nxt = order[n + 1] if n + 1 < len(order) else (then[0] if then else None)
+        unit = then[1] if then and n + 1 == len(order) else None
+        ahead = zero3 and (regather or unit is not None) and nxt is not None
         # Prefetch: the next layer's gather is issued as this layer's compute starts,
         # ahead of this layer's reduce-scatter (one layer ahead, as FSDP's forward
         # prefetch and its BACKWARD_PRE backward prefetch do); with BACKWARD_POST or
         # without prefetch, when this layer's compute ends, still ahead of the
         # reduce-scatter (FSDP runs them on two streams).
-        upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute) if (
+        upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute, unit) if (
             ahead and prefetch and early) else None
         free = ((-gathered, "gathered_parameters"),) if zero3 and (
             not forward or (fsdp is None or fsdp.reshard_after_forward)) else ()
@@ -181,13 +186,17 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool)
             _layer_pass(b, layer, mb, False, pending,
                         ((-kept - transient, "activations"),) + free, record)
         if ahead and upcoming is None:
-            upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute)
+            upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute, unit)
         if zero3 and record and not forward:
             sharded.reduce_layer(b, layer, mb)
         pending = upcoming
+    return pending
 
 
-def _embedding(b: Stage, mb: int, forward: bool, record: bool) -> None:
+def _embedding(b: Stage, mb: int, forward: bool, record: bool,
+               unit: int | None = None) -> None:
+    """Token embedding (and its tensor-parallel reduction); ``unit``: its ZeRO-3
+    gather, freed after use and reduce-scattered after a recorded backward."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     kernel = K.embedding_kernels(ctx.model, sh, vocab=ctx.vocab)[0]
@@ -198,16 +207,22 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool) -> None:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
     flops, cost = kernel_cost(kernel, not forward, ctx.training)
     ready = b.param_ready.pop(-1, None) if forward else None
-    i = b.compute(kernel, phase, mb, -1, flops, cost, extra=() if ready is None else (ready,))
+    extra = tuple(x for x in (ready, unit) if x is not None)
+    free = ((-sharded.gathered_bytes(ctx, kernel.params), "gathered_parameters"),) \
+        if unit is not None else ()
+    i = b.compute(kernel, phase, mb, -1, flops, cost, mem=free, extra=extra)
     if record:
         b.grads.setdefault(-1, []).append((i, ctx.plan.reduce_bytes * kernel.params))
+        if unit is not None:
+            sharded.reduce_layer(b, -1, mb, kernel.params)
     if forward and sh.tp > 1:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
 
 
-def _head(b: Stage, mb: int, forward: bool, record: bool) -> None:
+def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = None) -> None:
     """Final norm, vocabulary-parallel logits and cross-entropy (with its small
-    tensor-parallel all-reduces of per-token maxima and sums)."""
+    tensor-parallel all-reduces of per-token maxima and sums); ``unit``: its ZeRO-3
+    gather, freed after use and reduce-scattered after a recorded backward."""
     ctx = b.ctx
     sh, m = ctx.shard, ctx.model
     phase, layer = Phase.FORWARD if forward else Phase.BACKWARD, m.layers
@@ -221,14 +236,19 @@ def _head(b: Stage, mb: int, forward: bool, record: bool) -> None:
                          mb, layer)
         flops, nbytes = kernel_cost(kernel, not forward, ctx.training)
         mem = ((held if forward else -held, "activations"),) if n == len(sequence) - 1 else ()
+        if unit is not None and n == len(sequence) - 1:
+            mem += ((-sharded.gathered_bytes(ctx, sharded.head_params(ctx, False)),
+                     "gathered_parameters"),)
         ready = b.param_ready.pop(layer, None) if forward else None
-        i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem,
-                      extra=() if ready is None else (ready,))
+        extra = tuple(x for x in (ready, unit if n == 0 else None) if x is not None)
+        i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem, extra=extra)
         if record and kernel.params:
             b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
         if kernel.name == "loss" and forward and sh.tp > 1:
             b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
+    if record and unit is not None:
+        sharded.reduce_layer(b, layer, mb, sharded.head_params(ctx))
 
 
 def _step(b: Stage, step: Step) -> None:
@@ -239,24 +259,25 @@ def _step(b: Stage, step: Step) -> None:
     layers, mb = ctx.chunks[k], step.microbatch
     last = not step.forward and mb == ctx.micro_batches - 1
     record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
+    head, embedding = sharded.units(ctx, k)  # ZeRO-3: the embedding and the head are units
     if step.forward:
         if k > 0:
             pipeline.receive(b, k, True, mb, layers.start)
         else:
-            _embedding(b, mb, True, False)
-        _chunk_layers(b, layers, mb, True, False)
+            _embedding(b, mb, True, False, sharded.gather_unit(b, embedding, Phase.FORWARD, mb))
+        ready = _chunk_layers(b, layers, mb, True, False, head)
         if k == ctx.last_virtual:
-            _head(b, mb, True, False)
+            _head(b, mb, True, False, ready)
         else:
             pipeline.send(b, k, True, mb, layers.stop - 1)
         return
     if k < ctx.last_virtual:
         pipeline.receive(b, k, False, mb, layers.stop - 1)
     else:
-        _head(b, mb, False, record)
-    _chunk_layers(b, layers, mb, False, record)
+        _head(b, mb, False, record, sharded.gather_unit(b, head, Phase.BACKWARD, mb))
+    ready = _chunk_layers(b, layers, mb, False, record, embedding)
     if k == 0:
-        _embedding(b, mb, False, record)
+        _embedding(b, mb, False, record, ready)
     else:
         pipeline.send(b, k, False, mb, layers.start)
     if last:

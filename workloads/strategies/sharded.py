@@ -18,6 +18,7 @@ bytes, sets its cost.
 from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, Collective, Phase
+from workloads import kernels as K
 from workloads.frameworks import prefetch_points
 from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES
@@ -62,9 +63,35 @@ def hybrid(ctx: Context) -> bool:
     return fsdp is not None and fsdp.sharding is Sharding.HYBRID_SHARD
 
 
-def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None) -> int:
-    """ZeRO-3/FSDP all-gather of one layer's parameters (non-blocking)."""
-    full = PARAM_BYTES * b.ctx.layer_params
+def flat_units(ctx: Context) -> bool:
+    """Whether ZeRO-3 runs as flat units gathered whole (FSDP, and ``zero: 3``
+    outside DeepSpeed): each layer, and the embedding and the head as their own."""
+    return ctx.parallel.zero_stage >= 3 and ctx.parallel.deepspeed_zero3 is None
+
+
+def embedding_params(ctx: Context) -> int:
+    """Parameters of the embedding unit (this rank's tensor-parallel shard)."""
+    return K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
+
+
+def head_params(ctx: Context, owned: bool = True) -> int:
+    """Parameters of the head unit: those it owns (its gradients), or all it
+    computes with (``owned`` False: a tied logits weight must be gathered too)."""
+    kernels = K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
+                             owns_logits=ctx.owns_logits if owned else True)
+    return sum(k.params for k in kernels)
+
+
+def gathered_bytes(ctx: Context, params: int) -> float:
+    """Bytes a gathered unit of ``params`` parameters adds on this rank."""
+    return PARAM_BYTES * params * (1 - 1 / ctx.shards)
+
+
+def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None,
+           params: int | None = None) -> int:
+    """ZeRO-3/FSDP all-gather of one layer's parameters, or of a unit of
+    ``params`` (the embedding: layer -1; the head: ``layers``), non-blocking."""
+    full = PARAM_BYTES * (b.ctx.layer_params if params is None else params)
     grown = full * (1 - 1 / b.ctx.shards)
     group = "dp_shard" if hybrid(b.ctx) else b.ctx.dp_group
     return b.collective(Collective.ALL_GATHER, full, DP_STREAM, group, phase, mb, layer,
@@ -72,10 +99,25 @@ def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None) -> in
                         mem=((grown, "gathered_parameters"),))
 
 
-def reduce_layer(b: Stage, layer: int, mb: int) -> None:
-    """ZeRO-3/FSDP: reduce-scatter a layer's gradients (and all-reduce the shard
-    across replicas with hybrid sharding) after its last backward."""
-    full = b.ctx.plan.reduce_bytes * b.ctx.layer_params
+def units(ctx: Context, k: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """(head, embedding) units, (unit id, parameters), that virtual stage ``k``
+    gathers as flat units: the head on the last, the embedding on the first."""
+    if not flat_units(ctx):
+        return None, None
+    return ((ctx.model.layers, head_params(ctx, False)) if k == ctx.last_virtual else None,
+            (-1, embedding_params(ctx)) if k == 0 else None)
+
+
+def gather_unit(b: Stage, unit: tuple[int, int] | None, phase: Phase, mb: int) -> int | None:
+    """The gather of a unit (unit id, parameters: the embedding or the head) used
+    first in a pass, issued now; None without one."""
+    return None if unit is None else gather(b, unit[0], phase, mb, b.last_compute, unit[1])
+
+
+def reduce_layer(b: Stage, layer: int, mb: int, params: int | None = None) -> None:
+    """ZeRO-3/FSDP: reduce-scatter a layer's (or a unit's) gradients (and
+    all-reduce the shard across replicas with hybrid sharding) after its backward."""
+    full = b.ctx.plan.reduce_bytes * (b.ctx.layer_params if params is None else params)
     is_hybrid = hybrid(b.ctx)
     i = b.collective(Collective.REDUCE_SCATTER, full, DP_STREAM,
                      "dp_shard" if is_hybrid else b.ctx.dp_group, Phase.BACKWARD, mb, layer,
