@@ -290,3 +290,22 @@ def test_zero3_gathers_and_reduces_the_embedding_and_the_head_as_units():
     for layout in ({**zero3, "zero": 3}, FSDP_TINY):
         layout = {**layout, "dp": 8, "pp": 2}
         assert_same_run(run(tiny(**layout)), run(reference(tiny(**layout))))
+
+
+def test_fsdp2_splits_each_gathered_layer_with_a_copy_out_kernel():
+    """FSDP2 (``fully_shard``, TorchTitan's default) gathers per-parameter shards
+    into one buffer and copies them out on the compute stream; FSDP1 gathers
+    into its flat parameter in place."""
+    one = run(tiny(**{**FSDP_TINY, "framework": "torchtitan",
+                      "fsdp": {"sharding": "full_shard", "version": 1}}))
+    two = run(tiny(**{**FSDP_TINY, "framework": "torchtitan"}))
+    def copies(result):
+        spans = result.spans
+        return spans[(spans["rank"] == 0) & (spans["name"] == "fsdp_copy_out")]
+    assert copies(one).empty
+    m, micro_batches = two.scenario.model, two.summary["micro_batches"]
+    assert len(copies(two)) == 2 * m.layers * micro_batches  # each layer's gather, both passes
+    assert two.summary["compute_s"] > one.summary["compute_s"]
+    gathers = two.spans[(two.spans["rank"] == 0) & (two.spans["name"] == "all_gather")]
+    first_copy, first_gather = copies(two)["start"].min(), gathers["end"].min()
+    assert first_copy >= first_gather - 1e-12  # it waits for its gather

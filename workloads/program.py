@@ -71,7 +71,8 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.passes[forward]
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
-    extra = (gather,) if gather is not None else ()
+    extra = (gather,) if gather is not None and not sharded.copy_out(
+        b, layer, phase, mb, gather) else ()
     last = len(plan) - 1
     for n, item in enumerate(plan):
         what = item[0]

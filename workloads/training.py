@@ -79,6 +79,10 @@ class FsdpSpec:
     # computation (FSDP1's default BACKWARD_PRE, and FSDP2's), or "post", after it
     # (BACKWARD_POST, Composer's default), so the next layer's backward waits for it
     backward_prefetch: str = setting(choice(("pre", "post")), "pre")
+    # FSDP1 (FullyShardedDataParallel: flat parameters, gathered in place) or FSDP2
+    # (fully_shard: per-parameter shards, whose gathered buffer a copy-out kernel on
+    # the compute stream splits into the parameters); default: 2 under torchtitan
+    version: int | None = setting(choice([1, 2]), None)
 
     @property
     def zero(self) -> int:
@@ -157,6 +161,15 @@ class ParallelSpec:
         if self.framework is Framework.DEEPSPEED and self.fsdp is None and self.zero == 3:
             return self.deepspeed or DeepSpeedSpec()
         return None
+
+    @property
+    def fsdp2(self) -> bool:
+        """Whether FSDP runs as FSDP2 (``fully_shard``): ``fsdp.version``, else 2
+        under TorchTitan and 1 elsewhere."""
+        if self.fsdp is None:
+            return False
+        version = self.fsdp.version or (2 if self.framework is Framework.TORCHTITAN else 1)
+        return version == 2
 
     @property
     def reduces_every_micro_batch(self) -> bool:

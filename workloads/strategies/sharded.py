@@ -114,6 +114,18 @@ def gather_unit(b: Stage, unit: tuple[int, int] | None, phase: Phase, mb: int) -
     return None if unit is None else gather(b, unit[0], phase, mb, b.last_compute, unit[1])
 
 
+def copy_out(b: Stage, layer: int, phase: Phase, mb: int, gather: int) -> bool:
+    """FSDP2: the copy-out kernel that splits a layer's gathered buffer into its
+    parameters (read and write them, on the compute stream, after the gather);
+    whether there is one (FSDP1 gathers into the flat parameter in place)."""
+    if not b.ctx.parallel.fsdp2:
+        return False
+    params = b.ctx.layer_params
+    copy = K.elementwise("fsdp_copy_out", params, params, PARAM_BYTES)
+    b.compute(copy, phase, mb, layer, 0.0, copy.bytes, extra=(gather,))
+    return True
+
+
 def reduce_layer(b: Stage, layer: int, mb: int, params: int | None = None) -> None:
     """ZeRO-3/FSDP: reduce-scatter a layer's (or a unit's) gradients (and
     all-reduce the shard across replicas with hybrid sharding) after its backward."""
