@@ -52,6 +52,7 @@ class Routing:
         self._leaves: dict[str, str] = {}  # NIC -> its switch
         nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"]
         self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
+        self._ecmp = graph.graph.get("ecmp", ("d-mod-k", 0))  # (rule, seed): ``pick``
         self.server_gpus: dict[int, list[str]] = {}
         for name, data in graph.nodes(data=True):
             if data.get("kind") == "gpu":
@@ -65,12 +66,12 @@ class Routing:
         dst_nic = nodes[dst]["nic"]
         head = self.head(src, dst_nic)
         src_nic = nodes[head[-1]]["nic"]
-        paths = self._paths_between(self._leaf(src_nic), self._leaf(dst_nic))
+        paths = self._paths_between(self.leaf(src_nic), self.leaf(dst_nic))
         return [*head, src_nic, *paths[self.pick(src_nic, dst_nic, len(paths))], dst_nic, dst]
 
     def pick(self, src_nic: str, dst_nic: str, count: int) -> int:
         """Which of ``count`` equal-cost switch paths the pair's traffic takes."""
-        rule, seed = self.graph.graph.get("ecmp", ("d-mod-k", 0))
+        rule, seed = self._ecmp
         if rule == "hash" and count > 1:
             return zlib.crc32(f"{seed}|{src_nic}|{dst_nic}".encode()) % count
         return self._nic_index[dst_nic] % count
@@ -102,10 +103,6 @@ class Routing:
         return hops
 
     def leaf(self, nic: str) -> str:
-        """The switch ``nic`` attaches to."""
-        return self._leaf(nic)
-
-    def _leaf(self, nic: str) -> str:
         """The switch ``nic`` attaches to (the first by name; cached)."""
         if nic not in self._leaves:
             leaves = sorted(n for n in self.graph.successors(nic)

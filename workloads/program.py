@@ -23,7 +23,6 @@ from simulator.base.ir import TP_STREAM, Collective, KernelClass, Phase, Program
 from workloads import kernels as K
 from workloads.layout import Layout, parse_order
 from workloads.memory import (
-    PARAM_BYTES,
     Recompute,
     activation_bytes_per_layer,
     communication_buffer_bytes,
@@ -71,8 +70,9 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.passes[forward]
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
-    extra = (gather,) if gather is not None and not sharded.copy_out(
-        b, layer, phase, mb, gather) else ()
+    if gather is not None and sharded.copy_out(b, layer, phase, mb, gather):
+        gather = None  # FSDP2's copy-out waited for it; the kernels wait for the copy
+    extra = (gather,) if gather is not None else ()
     last = len(plan) - 1
     for n, item in enumerate(plan):
         what = item[0]
@@ -158,11 +158,12 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     prefetch = fsdp.prefetch if fsdp else True
     early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
     kept, transient = _layer_memory(ctx)
-    gathered = PARAM_BYTES * ctx.layer_params * (1 - 1 / ctx.shards) if zero3 else 0.0
     order = list(layers) if forward else list(layers)[::-1]
-    pending = sharded.gather(b, order[0], Phase.FORWARD if forward else Phase.BACKWARD, mb,
-                             b.last_compute) if zero3 and regather and order else None
     phase = Phase.FORWARD if forward else Phase.BACKWARD
+    free = sharded.freed(ctx, ctx.layer_params) if zero3 and (
+        not forward or fsdp is None or fsdp.reshard_after_forward) else ()
+    pending = sharded.gather(b, order[0], phase, mb, b.last_compute) if (
+        zero3 and regather and order) else None
     for n, layer in enumerate(order):
         nxt = order[n + 1] if n + 1 < len(order) else (then[0] if then else None)
         unit = then[1] if then and n + 1 == len(order) else None
@@ -174,8 +175,6 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
         # reduce-scatter (FSDP runs them on two streams).
         upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute, unit) if (
             ahead and prefetch and early) else None
-        free = ((-gathered, "gathered_parameters"),) if zero3 and (
-            not forward or (fsdp is None or fsdp.reshard_after_forward)) else ()
         if forward:
             if pending is None:
                 pending = b.param_ready.pop(layer, None)  # overlap_param_gather
@@ -209,8 +208,7 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool,
     flops, cost = kernel_cost(kernel, not forward, ctx.training)
     ready = b.param_ready.pop(-1, None) if forward else None
     extra = tuple(x for x in (ready, unit) if x is not None)
-    free = ((-sharded.gathered_bytes(ctx, kernel.params), "gathered_parameters"),) \
-        if unit is not None else ()
+    free = sharded.freed(ctx, kernel.params) if unit is not None else ()
     i = b.compute(kernel, phase, mb, -1, flops, cost, mem=free, extra=extra)
     if record:
         b.grads.setdefault(-1, []).append((i, ctx.plan.reduce_bytes * kernel.params))
@@ -238,8 +236,7 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
         flops, nbytes = kernel_cost(kernel, not forward, ctx.training)
         mem = ((held if forward else -held, "activations"),) if n == len(sequence) - 1 else ()
         if unit is not None and n == len(sequence) - 1:
-            mem += ((-sharded.gathered_bytes(ctx, sharded.head_params(ctx, False)),
-                     "gathered_parameters"),)
+            mem += sharded.freed(ctx, sharded.head_params(ctx, False))
         ready = b.param_ready.pop(layer, None) if forward else None
         extra = tuple(x for x in (ready, unit if n == 0 else None) if x is not None)
         i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem, extra=extra)

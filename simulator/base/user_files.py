@@ -21,6 +21,13 @@ import yaml
 from simulator.base.fields import ScenarioError
 
 
+def user_path(written: str | Path, base_dir: Path | None) -> Path:
+    """A path a user wrote in a file: a relative one is taken from ``base_dir``
+    (the file's folder), as the user reads it."""
+    path = Path(written)
+    return base_dir / path if base_dir is not None and not path.is_absolute() else path
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys in a mapping."""
 

@@ -66,23 +66,19 @@ def _report_table(table, gpu, values, args) -> None:
     has not measured (leave-one-out), next to the fitted roofline."""
     from dataclasses import replace
 
+    import pandas as pd
+
     from simulator.compute.model import ComputeModel
     from simulator.compute.table import leave_one_out
     from topologies.gpus import calibrated
 
     roofline = ComputeModel.of(replace(calibrated(gpu, values), kernel_table=None),
                                args.precision)
-    errors = 100 * leave_one_out(table, roofline)
-    for kind, part in pd_series(errors, table).groupby(table["kind"].to_numpy()):
+    errors = pd.Series(100 * leave_one_out(table, roofline), index=table.index)
+    for kind, part in errors.groupby(table["kind"]):
         print(f"{kind:10} as a kernel table, each row predicted from the others: mean |error| "
               f"{part.abs().mean():.1f} %, worst {part.abs().max():.1f} %")
     print(f"                 (a shape-aware timing: cluster.kernel_table: {args.kernels})")
-
-
-def pd_series(values, table):
-    import pandas as pd
-
-    return pd.Series(values, index=table.index)
 
 
 def _read(args: argparse.Namespace):
@@ -113,13 +109,4 @@ def _read(args: argparse.Namespace):
         out = options.output_file(args.table, "--table")
         table.to_csv(out, index=False)
         print(f"kernel table     {args.table}  (use it with cluster.kernel_table: {args.table})")
-    return calibration.read_kernels(_as_csv(table))
-
-
-def _as_csv(table):
-    import io
-
-    buffer = io.StringIO()
-    table.to_csv(buffer, index=False)
-    buffer.seek(0)
-    return buffer
+    return calibration.checked(table.reset_index(drop=True), args.kernels)

@@ -27,7 +27,10 @@ each a linear least-squares problem:
   ``a (1/E + (h/E) (1/x)) = 1``, linear in 1/E and h/E, solved in least squares
   (each row's residual is its relative time error) (E at most 1: where the
   fit would pass the peak, E is 1 and h alone is fitted);
-- attention rows: the median achieved fraction.
+- attention rows: the median achieved fraction, of the FLOPs the simulator
+  counts for the kernel (a backward row's 2x forward FLOPs, as
+  ``measure_kernels`` writes them, become ``ATTENTION_BACKWARD_FACTOR`` x:
+  ``compute.table.row_op``, the one mapping of a row to a kernel).
 
 Kinds with no rows keep the GPU file's figures. A table timed one call at a
 time first loses its launch floor (``launch_floor``). The result is a calibration
@@ -47,9 +50,10 @@ import pandas as pd
 import yaml
 
 from simulator.base.fields import ScenarioError
-from simulator.base.ir import KernelClass, Op, OpKind, Phase
+from simulator.base.ir import KernelClass
 from simulator.base.user_files import read_text
 from simulator.compute.model import ComputeModel
+from simulator.compute.table import row_op
 from topologies.gpus import CALIBRATION_FIELDS, MIN_EFFICIENCY, GpuSpec, calibrated
 
 KINDS = {"gemm": KernelClass.GEMM, "attention": KernelClass.ATTENTION,
@@ -62,9 +66,14 @@ class CalibrationError(ValueError):
 
 
 def read_kernels(path: str | Path) -> pd.DataFrame:
-    """A kernel table, checked: known kinds, the columns each kind needs, positive
-    times. GEMM flops default to 2mnk and bytes to bf16 operands."""
-    table = _read_csv(path)
+    """A kernel table file (or open text stream), checked (``checked``)."""
+    return checked(_read_csv(path), path)
+
+
+def checked(table: pd.DataFrame, path: object) -> pd.DataFrame:
+    """A kernel table as written (``path`` names it in errors), checked: known
+    kinds, the columns each kind needs, positive times. GEMM flops default to
+    2mnk and bytes to bf16 operands."""
     for column in ("kind", "seconds"):
         if column not in table.columns:
             raise CalibrationError(f"{path}: no {column!r} column (columns: kind, name, m, n, "
@@ -207,8 +216,9 @@ def fit(table: pd.DataFrame, gpu: GpuSpec, precision: str = "bf16") -> dict[str,
                                               max(cap, 0.0))
     gemm_efficiency, half = _fit_gemm(table[table["kind"] == "gemm"], peak, overhead, gpu)
     attention = table[table["kind"] == "attention"]
-    attention_efficiency = (float(np.median(attention["flops"] / (
-        peak * (attention["seconds"] - overhead)))) if len(attention)
+    flops = np.array([row_op(row)[0].flops for row in attention.to_dict("records")])
+    attention_efficiency = (float(np.median(flops / (
+        peak * (attention["seconds"].to_numpy(float) - overhead)))) if len(attention)
         else gpu.attention_efficiency)
     values = {"gemm_efficiency": gemm_efficiency, "gemm_half_dim": half,
               "attention_efficiency": attention_efficiency,
@@ -226,14 +236,7 @@ def modelled(table: pd.DataFrame, gpu: GpuSpec, values: Mapping[str, float],
     """Seconds the roofline compute model (no kernel table) gives each row with
     calibration ``values``."""
     model = ComputeModel.of(replace(calibrated(gpu, values), kernel_table=None), precision)
-    out = []
-    for row in table.to_dict("records"):
-        shape = (int(row["m"]), int(row["n"]), int(row["k"])) if row["kind"] == "gemm" else None
-        op = Op(OpKind.COMPUTE, str(row.get("name", row["kind"])), "compute", Phase.FORWARD,
-                kernel=KINDS[row["kind"]], flops=float(row["flops"]),
-                bytes=float(row["bytes"]), shape=shape)
-        out.append(model.duration(op))
-    return np.array(out)
+    return np.array([model.duration(row_op(row)[0]) for row in table.to_dict("records")])
 
 
 def write_calibration(path: str | Path, gpu: GpuSpec, values: Mapping[str, float],

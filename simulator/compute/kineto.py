@@ -131,6 +131,7 @@ def kernel_table(path: str | Path) -> tuple[pd.DataFrame, dict[str, object]]:
     ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"
            and isinstance(e.get("args"), dict) and "External id" in e["args"]}
     seconds: dict[object, float] = defaultdict(float)
+    mapped = {key: classify(op) for key, op in ops.items()}  # once per operator
     skipped, unmapped, kernels = 0, Counter(), 0
     for event in events:
         if str(event.get("cat", "")).lower() != "kernel" or event.get("ph") != "X":
@@ -139,13 +140,13 @@ def kernel_table(path: str | Path) -> tuple[pd.DataFrame, dict[str, object]]:
         if str(event.get("name", "")).lower().startswith(NCCL):
             skipped += 1
             continue
-        op = ops.get((event.get("args") or {}).get("External id"))
-        if op is None or classify(op) is None:
+        key = (event.get("args") or {}).get("External id")
+        if mapped.get(key) is None:
+            op = ops.get(key)
             unmapped[op.get("name", "?") if op else str(event.get("name", "?"))[:60]] += 1
             continue
-        seconds[id(op)] += float(event.get("dur", 0.0)) * 1e-6
-    rows = [{**classify(op), "seconds": seconds[id(op)]} for op in ops.values()
-            if id(op) in seconds and seconds[id(op)] > 0]
+        seconds[key] += float(event.get("dur", 0.0)) * 1e-6
+    rows = [{**mapped[key], "seconds": total} for key, total in seconds.items() if total > 0]
     if not rows:
         raise CalibrationError(f"{path}: no GPU kernel of a GEMM, attention or memory-bound "
                                f"operator with shapes ({kernels} kernel events): profile with "

@@ -21,7 +21,7 @@ from simulator.base.fields import (
     section,
     text,
 )
-from simulator.base.user_files import read_yaml
+from simulator.base.user_files import read_yaml, user_path
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.gpus import GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError
@@ -110,9 +110,7 @@ def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
 
 def _calibration(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpec:
     """The GPU with the efficiencies of a calibration file (``clustersim calibrate``)."""
-    path = Path(path_text)
-    if base_dir is not None and not path.is_absolute():
-        path = base_dir / path
+    path = user_path(path_text, base_dir)
     try:
         raw = read_yaml(path, "calibration file")
     except ScenarioError as error:
@@ -135,9 +133,7 @@ def _kernel_table(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpe
     from simulator.compute.calibration import CalibrationError
     from simulator.compute.table import read_table
 
-    path = Path(path_text)
-    if base_dir is not None and not path.is_absolute():
-        path = base_dir / path
+    path = user_path(path_text, base_dir)
     try:
         read_table(str(path))
     except CalibrationError as error:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, text
+from simulator.base.user_files import user_path
 from workloads.hf_config import HfConfigError, model_from_hf
 from workloads.models import MODELS, Mlp, ModelSpec
 
@@ -30,9 +31,7 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
         raise fail("model.hf_config", values["hf_config"], "cannot be combined with "
                                                             "model.preset; give one")
     if values["hf_config"] is not None:
-        path = Path(values["hf_config"])
-        if base_dir is not None and not path.is_absolute():
-            path = base_dir / path
+        path = user_path(values["hf_config"], base_dir)
         try:
             base = dataclasses.asdict(model_from_hf(path))
         except HfConfigError as error:

@@ -9,6 +9,7 @@ from pathlib import Path
 import networkx as nx
 
 from simulator.base.fields import setting, text
+from simulator.base.user_files import user_path
 from topologies.graph_file import load_graph
 from topologies.links import Nic, Wire
 from topologies.networks.base import NetworkSpec
@@ -24,7 +25,4 @@ class FileNetwork(NetworkSpec):
 
     def whole_graph(self, base_dir: Path | None = None) -> nx.DiGraph:
         """The file's graph; a relative path is taken from ``base_dir``."""
-        path = Path(self.path)
-        if base_dir is not None and not path.is_absolute():
-            path = base_dir / path
-        return load_graph(path)
+        return load_graph(user_path(self.path, base_dir))

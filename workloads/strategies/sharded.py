@@ -87,12 +87,17 @@ def gathered_bytes(ctx: Context, params: int) -> float:
     return PARAM_BYTES * params * (1 - 1 / ctx.shards)
 
 
+def freed(ctx: Context, params: int) -> tuple[tuple[float, str], ...]:
+    """The memory event of releasing a gathered unit of ``params`` parameters."""
+    return ((-gathered_bytes(ctx, params), "gathered_parameters"),)
+
+
 def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None,
            params: int | None = None) -> int:
     """ZeRO-3/FSDP all-gather of one layer's parameters, or of a unit of
     ``params`` (the embedding: layer -1; the head: ``layers``), non-blocking."""
-    full = PARAM_BYTES * (b.ctx.layer_params if params is None else params)
-    grown = full * (1 - 1 / b.ctx.shards)
+    params = b.ctx.layer_params if params is None else params
+    full, grown = PARAM_BYTES * params, gathered_bytes(b.ctx, params)
     group = "dp_shard" if hybrid(b.ctx) else b.ctx.dp_group
     return b.collective(Collective.ALL_GATHER, full, DP_STREAM, group, phase, mb, layer,
                         deps=(after,) if after is not None else (), blocking=False,
