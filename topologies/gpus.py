@@ -37,6 +37,7 @@ class GpuSpec:
     memory_efficiency: float  # fraction of HBM bandwidth reached by streaming kernels
     kernel_overhead: float = 2e-6  # seconds per kernel launch / tail
     kernel_table: Path | None = None  # measured kernel times (``simulator.compute.table``)
+    overlap_slowdown: float = 1.0  # compute's slow-down while NCCL runs (``compute.contention``)
     notes: str = field(default="", compare=False)
 
     def peak(self, precision: str) -> float:
@@ -92,6 +93,7 @@ def load_gpu(path: Path) -> GpuSpec:
             hbm_bandwidth=float(raw["hbm_bytes_per_s"]),
             **check_calibration(raw["calibration"], f"{path.name}: calibration"),
             kernel_table=_kernel_table(raw.get("kernel_table"), path),
+            overlap_slowdown=_overlap_slowdown(raw.get("overlap_slowdown", 1.0), path),
             notes=str(path),
         )
     except (KeyError, TypeError) as error:
@@ -106,6 +108,18 @@ def _kernel_table(name: object, path: Path) -> Path | None:
     if not table.is_file():
         raise GpuFileError(f"{path}: kernel_table {name!r} is not a file in {KERNELS}")
     return table
+
+
+MAX_OVERLAP_SLOWDOWN = 4.0  # NCCL never takes three quarters of a GPU's SMs
+
+
+def _overlap_slowdown(value: object, path: Path) -> float:
+    """The GPU file's ``overlap_slowdown``: a number in [1, ``MAX_OVERLAP_SLOWDOWN``]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            1.0 <= value <= MAX_OVERLAP_SLOWDOWN):
+        raise GpuFileError(f"{path}: overlap_slowdown {value!r} must be a number in "
+                           f"[1, {MAX_OVERLAP_SLOWDOWN:g}]")
+    return float(value)
 
 
 def calibrated(spec: GpuSpec, values: Mapping[str, float]) -> GpuSpec:

@@ -26,6 +26,9 @@ COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
 COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM)  # Gantt lanes, in order
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
+# Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
+# transfers, not NCCL kernels, so they take no SMs from compute.
+COPY_ENGINE_EXCHANGE = "userbuffers_exchange"
 
 
 class Symbol(Enum):

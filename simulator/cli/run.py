@@ -51,6 +51,8 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
+        f"                 NCCL beside compute adds {format_time(summary['overlap_slowdown_s'])}"
+        f" to it: {summary['overlap_slowdown']}",
         f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
         f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",

@@ -23,7 +23,7 @@ from simulator.base.fields import (
 )
 from simulator.base.user_files import read_yaml, user_path
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
-from topologies.gpus import GpuFileError, calibrated, check_calibration
+from topologies.gpus import MAX_OVERLAP_SLOWDOWN, GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError
 from topologies.networks import NETWORKS, NetworkSpec
 from topologies.networks.base import LEAF_PORTS, OVERSUBSCRIPTION
@@ -59,6 +59,7 @@ SCHEMA = {
     "compute_jitter": (number(0.0, 1.0), 0.0),
     "calibration": (text, None),
     "kernel_table": (text, None),
+    "overlap_slowdown": (number(1.0, MAX_OVERLAP_SLOWDOWN), None),  # None: the GPU file's
 }
 
 
@@ -157,6 +158,8 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
         gpu = _calibration(values["calibration"], gpu, base_dir)
     if values["kernel_table"] is not None:
         gpu = _kernel_table(values["kernel_table"], gpu, base_dir)
+    if values["overlap_slowdown"] is not None:
+        gpu = dataclasses.replace(gpu, overlap_slowdown=values["overlap_slowdown"])
     nodes = values["nodes"]
     gpus = nodes * cluster.gpus_per_node
     graph = _whole_graph(cluster, base_dir)

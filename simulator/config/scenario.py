@@ -40,6 +40,7 @@ SIMULATION = {
     "span_detail": (choice(["kernel", "layer"]), "kernel"),
     "symmetry": (choice(["auto", "full"]), "auto"),
     "jitter": (choice(["exact", "approximate"]), "exact"),
+    "contention_passes": (integer(1), 8),
 }
 SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation")
 
@@ -63,6 +64,7 @@ class Scenario:
     layer_spans: bool = False  # one compute span per layer, phase and micro-batch
     symmetry: str = "auto"  # auto: use symmetry where it is exact; full: every rank
     jitter: str = "exact"  # approximate: one rank per class waits for its groups' slowest
+    contention_passes: int = 8  # most runs to solve compute slowed by NCCL (a fixed point)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -117,7 +119,8 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
         fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
-        symmetry=sim["symmetry"], jitter=sim["jitter"])
+        symmetry=sim["symmetry"], jitter=sim["jitter"],
+        contention_passes=sim["contention_passes"])
 
 
 def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:

@@ -11,7 +11,9 @@ covered ops it waits for, whether it waits for others), and every instance is
 one replay: the planner's own maxima and sums, in the same order (so every end
 equals the planner's to the last bit), without a call per op; its calls are
 logged as the planner logs them, and its spans are one record (``SpanRuns``)
-that the run's table expands with array operations.
+that the run's table expands with array operations. Instances of one kind whose
+durations differ (stretched by overlapped NCCL kernels: ``compute.contention``)
+get templates of their own.
 
 A step is replayed only where the planner would plan all of it at once: the
 exclusive stream is at the step's first call, and every op outside the step
@@ -75,7 +77,8 @@ class Passes(ExclusiveLinks):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._step_at: dict[int, dict[int, tuple[int, int, object]]] = {}  # op tuple: pos ->
-        self._templates: dict[tuple, Template | None] = {}  # (rank, key, first kernel)
+        self._templates: dict[tuple, Template | None] = {}  # (rank, key, first kernel,
+        # its durations)
         self.span_runs = SpanRuns([], [], [], [])
 
     def run(self):
@@ -177,8 +180,8 @@ class Passes(ExclusiveLinks):
 
     def _template(self, rank: int, step: tuple, indices: list[int], pos: int,
                   durations: list[float]) -> Template | None:
-        first, end, key = step
-        cache = (rank, key, indices[pos] - first)
+        first, end, key = step  # (steps of one kind whose durations differ: own templates)
+        cache = (rank, key, indices[pos] - first, tuple(durations[first:end]))
         if cache not in self._templates:
             self._templates[cache] = self._make(rank, first, end, indices[pos], durations)
         return self._templates[cache]

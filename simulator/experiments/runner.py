@@ -37,7 +37,7 @@ from simulator.engine.records import (
     NotInLockstep,
     SimulationError,
 )
-from simulator.experiments import symmetry
+from simulator.experiments import contention, symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
@@ -254,22 +254,32 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
     if not method.full_because:  # (every rank's ops were checked above)
         footprint.check_run(program, _simulated_ranks(method, program))
-    while True:
-        try:
-            jittered = method.durations(program, durations, scenario.seed,
-                                        scenario.compute_jitter)
-            result = engine_class(*method.plugins)(program, placement, jittered, fabric,
-                                                   lowering, **method.options).run()
-            break
-        except NotInLockstep as diverged:  # a class's ranks diverged: split it, run again
-            gc.collect()  # the stopped run's processes (cycles) while the collector is off
-            method = symmetry.refine(scenario, method, diverged, batch_compute,
-                                     program.groups)
     nodes = [fabric.node_of(g) for g in placement]
-    spans = span_table(result, nodes)
+    jittered: dict = {}  # the method's durations (a class's slowest member's: per method)
+
+    def work(rank: int):
+        if jittered.get("method") is not method:
+            jittered.update(method=method, durations=method.durations(
+                program, durations, scenario.seed, scenario.compute_jitter))
+        return jittered["durations"](rank)
+
+    def one_run(durations_now):
+        nonlocal method
+        while True:
+            try:
+                return engine_class(*method.plugins)(program, placement, durations_now,
+                                                     fabric, lowering, **method.options).run()
+            except NotInLockstep as diverged:  # a class's ranks diverged: split, run again
+                gc.collect()  # the stopped run's processes (cycles) while the collector is off
+                method = symmetry.refine(scenario, method, diverged, batch_compute,
+                                         program.groups)
+
+    result, spans, slowdown = contention.solve(
+        one_run, lambda r: span_table(r, nodes), program, work,
+        scenario.gpu.overlap_slowdown, scenario.contention_passes)
     gpu = scenario.gpu
     ranks = result.ranks
-    path = critical_path(spans)
+    path = slowdown.path if slowdown.path is not None else critical_path(spans)
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks, path)
     folded = None
@@ -285,7 +295,9 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                    compute_model=model.describe(),
                    host_stall_s=durations.host_stall(summary["critical_rank"]),
-                   **program.notes, events=result.events,
+                   overlap_slowdown=slowdown.note(),
+                   overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
+                   **program.notes, events=slowdown.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.base.ir import TP_STREAM, Collective, Phase
+from simulator.base.ir import COPY_ENGINE_EXCHANGE, TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
@@ -113,7 +113,8 @@ def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, 
             if s + 1 < tp:  # the next piece's tokens arrive while this one computes
                 exchanges.append(b.collective(
                     Collective.RING_EXCHANGE, chunk, TP_STREAM, "tp", phase, mb, layer,
-                    deps=(exchanges[-1],) if exchanges else None, blocking=False))
+                    deps=(exchanges[-1],) if exchanges else None, blocking=False,
+                    name=COPY_ENGINE_EXCHANGE))
             waits = extra if s == 0 else (exchanges[s - 1],)
             last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp, extra=waits,
                              mem=mem if s == tp - 1 else ())
@@ -121,7 +122,8 @@ def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, 
     last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp, extra=extra)
     for s in range(1, tp):
         exchanges.append(b.collective(Collective.RING_EXCHANGE, chunk, TP_STREAM, "tp", phase,
-                                      mb, layer, deps=(last,), blocking=False))
+                                      mb, layer, deps=(last,), blocking=False,
+                                      name=COPY_ENGINE_EXCHANGE))
         last = b.compute(piece, phase, mb, layer, flops / tp, nbytes / tp,
                          mem=mem if s == tp - 1 else ())
     b.ready.append(exchanges[-1])
