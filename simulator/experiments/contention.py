@@ -48,7 +48,7 @@ class Contention:
             return "off (overlap_slowdown 1)"
         head = f"x{self.factor:g} while NCCL runs; "
         if self.residual_s <= CONVERGED_S:
-            return head + f"{self.passes} passes, exact (a fixed point)"
+            return head + f"{self.passes} pass{'es' * (self.passes > 1)}, exact (a fixed point)"
         if self.passes == 1:
             return head + (f"not applied: it would add at most {self.moved:.2%} to the "
                            f"iteration time (under {SETTLED:.1%})")
@@ -136,8 +136,7 @@ def solve(run: Callable, spans_of: Callable, program: Program,
         if new is None:
             raise SimulationError("overlap slow-down: a stream's compute spans do not "
                                   "match its ops")
-        state.path = critical_path(spans)
-        length = float(state.path["end"].max()) if len(state.path) else 0.0
+        length = float(spans["end"].max()) if len(spans) else 0.0
         if before is None:  # the first pass: a bound (every kernel only gets longer)
             state.moved = _most_added(new, durations, program)
         else:
@@ -148,6 +147,7 @@ def solve(run: Callable, spans_of: Callable, program: Program,
         state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
         if (state.residual_s <= CONVERGED_S or state.moved < SETTLED
                 or state.passes >= passes):
+            state.path = critical_path(spans)  # (the summary's, computed once)
             return result, spans, state
         state.passes, before = state.passes + 1, length
         durations = _lookup(new, work)
