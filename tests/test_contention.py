@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.compute.contention import COMM_KINDS, busy, stretched
+from simulator.analysis.timeline import merge as busy
+from simulator.compute.contention import COMM_KINDS, stretched
 from simulator.config.scenario import ScenarioError, from_dict
 from simulator.experiments.contention import op_starts
 from simulator.experiments.runner import run as run_scenario

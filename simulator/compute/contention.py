@@ -13,9 +13,10 @@ as one: their channels share the SMs NCCL is given). Transformer Engine's
 userbuffers exchanges run on copy engines and do not count.
 
 The slow-down depends on where compute and communication fall, and moves
-them: the runner solves it as a fixed point (``simulator.experiments.runner``):
-run, stretch each compute op by the NCCL time it overlapped
-(``stretched``), run again with those durations, until no duration changes.
+them: the runner solves it as a fixed point (``simulator.experiments.contention``):
+run, stretch each compute op by the NCCL time it overlapped (``stretched``, over
+that time joined by ``analysis.timeline.merge``), run again with those
+durations, until no duration changes.
 """
 
 from __future__ import annotations
@@ -26,20 +27,6 @@ from simulator.base.ir import COPY_ENGINE_EXCHANGE
 
 COMM_KINDS = ("comm", "wait")  # spans during which an NCCL kernel occupies the GPU
 NOT_NCCL = (COPY_ENGINE_EXCHANGE,)  # communication spans that take no SMs
-
-
-def busy(begins: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [begin, end) as sorted, disjoint, non-empty intervals."""
-    keep = ends > begins
-    begins, ends = begins[keep], ends[keep]
-    if not len(begins):
-        return begins, ends
-    order = np.argsort(begins, kind="stable")
-    begins, ends = begins[order], np.maximum.accumulate(ends[order])
-    new = np.empty(len(begins), dtype=bool)
-    new[0], new[1:] = True, begins[1:] > ends[:-1]  # a gap before it: a new interval
-    last = np.r_[np.flatnonzero(new)[1:] - 1, len(begins) - 1]
-    return begins[new], ends[last]
 
 
 def stretched(starts: np.ndarray, work: np.ndarray, begins: np.ndarray, ends: np.ndarray,

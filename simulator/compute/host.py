@@ -14,7 +14,8 @@ A forward kernel is one launch, a backward one two (input and weight
 gradients, or FlashAttention's backward kernels). The race ignores the lead
 the host gains while the GPU waits for communication, and starts each step
 without lead, so it charges at most a few launches per step too many; steps
-of one kind get the same durations, as the engine's step templates need.
+of one kind get the same durations, so they share one of the engine's replay
+templates (``engine.passes``).
 Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs.
 """
 

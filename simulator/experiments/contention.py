@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
+from simulator.analysis.timeline import merge
 from simulator.base.ir import OpKind, Program
-from simulator.compute.contention import COMM_KINDS, NOT_NCCL, busy, stretched
+from simulator.compute.contention import COMM_KINDS, NOT_NCCL, stretched
 from simulator.engine.records import SimulationError
 
 CONVERGED_S = 1e-9  # a pass whose durations move by less than this is the fixed point
@@ -98,7 +99,7 @@ def slowed(spans: pd.DataFrame, program: Program, used: Callable[[int], np.ndarr
     out: dict[int, np.ndarray] = {}
     for rank, frame in spans.groupby("rank", sort=True):
         comm = frame[frame["kind"].isin(COMM_KINDS) & ~frame["name"].isin(NOT_NCCL)]
-        begins, ends = busy(comm["start"].to_numpy(), comm["end"].to_numpy())
+        begins, ends = merge(comm["start"].to_numpy(), comm["end"].to_numpy())
         alone, ran = np.asarray(work(rank), dtype=float), np.asarray(used(rank), dtype=float)
         durations = alone.copy()
         indices = _compute_ops(program, int(rank), cache)
@@ -144,9 +145,9 @@ def solve(run: Callable, spans_of: Callable, program: Program,
         state.moved = state.moved / length if length > 0 else 0.0
         state.residual_s = max((float(np.max(np.abs(d - durations(r)), initial=0.0))
                                 for r, d in new.items()), default=0.0)
-        state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
         if (state.residual_s <= CONVERGED_S or state.moved < SETTLED
                 or state.passes >= passes):
+            state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
             state.path = critical_path(spans)  # (the summary's, computed once)
             return result, spans, state
         state.passes, before = state.passes + 1, length
