@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
     tool.add_argument("--factor", "-f", type=float, default=2.0, help="size multiplier")
     tool.add_argument("--group", help="ranks, e.g. 0-7,64 (default: every GPU; send_recv "
                                       "sends from the first rank to the second)")
-    tool.add_argument("--algorithm", default="auto", help="auto | ring | tree | nvls | collnet")
+    tool.add_argument("--algorithm", default="auto",
+                      help="auto | ring | tree | nvls | pat | collnet")
     tool.add_argument("--protocol", default="auto", help="auto | ll | ll128 | simple")
     tool.add_argument("--dtype", default="float", choices=list(DTYPES))
     tool.add_argument("--csv", help="also write the table to this CSV file")

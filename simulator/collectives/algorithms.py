@@ -1,6 +1,6 @@
 """Collective algorithms as NCCL runs them, lowered to flows on the fabric.
 
-Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``direct``, ``collnet``) whose
+Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``pat``, ``direct``, ``collnet``) whose
 planner returns a ``Plan`` (``plan``): the flows (route, payload bytes) an algorithm
 puts on the fabric and the pipeline steps it pays latency for; a protocol then
 turns the plan into wire bytes and a latency (``simulator.collectives.tuner``).
@@ -21,6 +21,7 @@ from simulator.collectives.collnet import collnet
 from simulator.collectives.direct import direct
 from simulator.collectives.nccl import Algorithm
 from simulator.collectives.nvls import nvls
+from simulator.collectives.pat import pat
 from simulator.collectives.plan import AlgorithmUnavailable, Plan
 from simulator.collectives.ring import ring
 from simulator.collectives.tree import tree
@@ -31,6 +32,7 @@ PLANNERS: dict[Algorithm, Callable[..., Plan]] = {
     Algorithm.RING: ring,
     Algorithm.TREE: tree,
     Algorithm.NVLS: nvls,
+    Algorithm.PAT: pat,
     Algorithm.DIRECT: direct,
     Algorithm.COLLNET: collnet,
 }

@@ -37,6 +37,9 @@ class Plan:
     signature: tuple | None = field(default=None, repr=False)  # tuner.signature's cache
     ranks: int = 0
     pipeline_channels: int = 0  # NCCL channels whose ring pipeline fills (0: not modelled)
+    one_per_server: bool = False  # every member on its own server (NCCL's ppn == 1)
+    fixed_latency: float = 0.0  # seconds beyond base and steps (PAT's per-rank part)
+    plateau: bool = False  # a multi-server ring all-reduce (nccl.RING_PLATEAU under Simple)
 
 
 def channels_for(fabric: Fabric, gpus: Sequence[str]) -> int:

@@ -58,8 +58,8 @@ class Lowered:
 
 CANDIDATES = {
     Collective.ALL_REDUCE: (Algorithm.NVLS, Algorithm.RING, Algorithm.TREE, Algorithm.COLLNET),
-    Collective.ALL_GATHER: (Algorithm.RING,),
-    Collective.REDUCE_SCATTER: (Algorithm.RING,),
+    Collective.ALL_GATHER: (Algorithm.RING, Algorithm.PAT),
+    Collective.REDUCE_SCATTER: (Algorithm.RING, Algorithm.PAT),
     Collective.BROADCAST: (Algorithm.RING,),
     Collective.REDUCE: (Algorithm.RING,),
     Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
@@ -69,13 +69,18 @@ CANDIDATES = {
 DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
 
 
-def latency(plan: Plan, protocol: Protocol) -> float:
-    """NCCL's latency of ``plan`` under ``protocol`` plus the wire latency per step."""
-    total = nccl.base_latency(plan.algorithm, protocol)
+def latency(plan: Plan, protocol: Protocol, size: float = 0.0) -> float:
+    """NCCL's latency of ``plan`` under ``protocol`` for ``size`` bytes plus the
+    wire latency per step."""
+    total, wires = nccl.base_latency(plan.algorithm, protocol) + plan.fixed_latency, 0.0
     for transport, count, wire in plan.steps:
-        step = nccl.step_latency(plan.algorithm, protocol, transport, plan.multi_node)
-        total += count * (step + wire)
-    return total
+        total += count * nccl.step_latency(plan.algorithm, protocol, transport,
+                                           plan.multi_node, plan.one_per_server)
+        wires += count * wire
+    if plan.plateau and protocol is Protocol.SIMPLE and \
+            size >= nccl.RING_PLATEAU_BYTES * plan.channels * max(plan.ranks, 1):
+        total *= nccl.RING_PLATEAU
+    return total + wires
 
 
 def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) -> Lowered:
@@ -90,7 +95,7 @@ def finish(plan: Plan, size: float, protocol: Protocol, lockstep: bool = False) 
         sizes = [s / steps for s in sizes]
     fill = nccl.pipeline_fill(protocol, plan.ranks, plan.pipeline_channels,
                               plan.pipelined_steps, size)
-    return Lowered(plan.routes, sizes, latency(plan, protocol) + fill, plan.algorithm,
+    return Lowered(plan.routes, sizes, latency(plan, protocol, size) + fill, plan.algorithm,
                    protocol, plan.channels, steps)
 
 
@@ -124,7 +129,8 @@ def signature(fabric: Fabric, plan: Plan) -> tuple:
     if plan.signature is None:
         plan.signature = (plan.algorithm, tuple(plan.steps), plan.channels, plan.multi_node,
                           plan.pipelined_steps, plan.wire_scale, plan.ranks,
-                          plan.pipeline_channels, tuple(plan.payload),
+                          plan.pipeline_channels, tuple(plan.payload), plan.one_per_server,
+                          plan.fixed_latency, plan.plateau,
                           idle_rates(fabric, plan).tobytes())
     return plan.signature
 

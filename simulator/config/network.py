@@ -32,7 +32,7 @@ def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | N
             graph is not None and graph.graph.get("sharp"))):
         raise fail("network.algorithm", "collnet", "needs switches with SHARP "
                                                     "(cluster.sharp: true)")
-    if algorithm in (Algorithm.NVLS, Algorithm.COLLNET) and protocol not in (
+    if algorithm in (Algorithm.NVLS, Algorithm.COLLNET, Algorithm.PAT) and protocol not in (
             None, Protocol.SIMPLE):
         raise fail("network.protocol", protocol.value, "cannot run with network.algorithm "
                                                         f"{algorithm.value}, which uses simple "
