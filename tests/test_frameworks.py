@@ -5,6 +5,8 @@ end to end from a scenario."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator import run
 from simulator.config.scenario import ScenarioError, from_dict
@@ -16,6 +18,7 @@ from workloads.frameworks import (
     Framework,
     default_bucket_bytes,
     resolve,
+    reuse_plan,
 )
 
 
@@ -118,11 +121,13 @@ def dp_calls(result, collective: str) -> int:
 
 
 def test_deepspeed_zero3_gathers_each_module_and_reduces_every_micro_batch():
-    ds = run(tiny(zero=3, dp=16, framework="deepspeed"))
+    ds = run(tiny(zero=3, dp=16, framework="deepspeed",
+                  deepspeed={"stage3_max_reuse_distance": 0}))
     fsdp = run(tiny(zero=3, dp=16, framework="pytorch"))
     layers, passes, micro = 8, 2, 2  # tiny: 2 micro-batches per rank
-    # qkv, proj, fc1, fc2 each gathered in forward and backward; the norms persist
-    assert dp_calls(ds, "all_gather") == 4 * layers * passes * micro
+    # qkv, proj, fc1, fc2 each gathered in forward and backward; the norms persist;
+    # the word and position tables for the embedding, the (tied) word table for the head
+    assert dp_calls(ds, "all_gather") == (4 * layers + 3) * passes * micro
     # one flat unit per layer, and the embedding and the head as units of their own
     assert dp_calls(fsdp, "all_gather") == (layers + 2) * passes * micro
     assert dp_calls(ds, "reduce_scatter") == micro  # one 5e8-element bucket per backward
@@ -139,6 +144,42 @@ def test_deepspeed_persistence_and_prefetch_settings_act():
     on_demand = run(tiny(**base, deepspeed={"stage3_prefetch_bucket_size": 0}))
     assert on_demand.summary["iteration_time_s"] > default
     assert on_demand.summary["exposed_comm_s"] > run(tiny(**base)).summary["exposed_comm_s"]
+
+
+def test_deepspeed_keeps_parameters_reused_within_the_reuse_distance():
+    """stage3_max_reuse_distance (default 1e9 elements): the tiny model's whole
+    trace is shorter, so nothing gathered in the forward is released before its
+    backward, and the tied word table is gathered once per micro-batch."""
+    base = dict(zero=3, dp=16, framework="deepspeed")
+    kept = run(tiny(**base))
+    layers, micro = 8, 2
+    assert dp_calls(kept, "all_gather") == (4 * layers + 2) * micro  # forward only
+    gathers = kept.spans[kept.spans["name"] == "param_all_gather"]
+    assert set(gathers["phase"]) == {"forward"}
+    released = run(tiny(**base, deepspeed={"stage3_max_reuse_distance": 0}))
+    assert kept.summary["peak_memory_gib"] > released.summary["peak_memory_gib"]
+    assert kept.summary["exposed_comm_s"] < released.summary["exposed_comm_s"]
+
+
+ZERO3_LAYOUTS = [dict(framework="deepspeed", deepspeed={"stage3_max_reuse_distance": r})
+                 for r in (0, 3_000_000, 10**9)] + [
+    dict(fsdp={"sharding": "full_shard", "version": v}) for v in (1, 2)] + [
+    dict(fsdp={"sharding": "full_shard", "reshard_after_forward": False})]
+
+
+@pytest.mark.parametrize("layout", ZERO3_LAYOUTS, ids=[str(x) for x in ZERO3_LAYOUTS])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_gathered_parameters_are_all_released(layout, recompute):
+    from workloads.program import build_program
+
+    zero = {} if "fsdp" in layout else {"zero": 3}
+    scenario = from_dict(tiny(dp=16, training__recompute=recompute, **zero, **layout))
+    program = build_program(scenario.model, scenario.training, scenario.parallel)
+    held = peak = 0.0
+    for op in program.ops[0]:
+        held += sum(b for b, what in op.mem if what == "gathered_parameters")
+        peak = max(peak, held)
+    assert held == pytest.approx(0.0, abs=1.0) and peak > 0
 
 
 def test_per_module_gathers_cost_more_than_flat_units_at_scale():
@@ -229,12 +270,13 @@ def _dp_calls(result, name):
 
 def test_fsdp_reduce_scatters_every_micro_batch_without_a_pipeline():
     """PyTorch FSDP's default (no no_sync): one reduce-scatter per unit (each
-    layer, the embedding, the head) per micro-batch; with a pipeline,
-    torch.distributed.pipelining syncs at each stage's last micro-batch only."""
+    layer, and FSDP1's root: the embedding and the head) per micro-batch; with a
+    pipeline, torch.distributed.pipelining syncs at each stage's last
+    micro-batch only."""
     result = run(tiny(**FSDP_TINY))
     layers, micro_batches = result.scenario.model.layers, result.summary["micro_batches"]
     assert micro_batches == 4
-    assert len(_dp_calls(result, "reduce_scatter")) == (layers + 2) * micro_batches
+    assert len(_dp_calls(result, "reduce_scatter")) == (layers + 1) * micro_batches
     piped = run(tiny(**{**FSDP_TINY, "dp": 8, "pp": 2}))
     per_group = _dp_calls(piped, "reduce_scatter").groupby("group_index").size()
     # one data-parallel group per stage: its layers, and the embedding or the head
@@ -277,15 +319,24 @@ def test_fsdp_backward_prefetch_matches_the_reference_engine():
 
 
 def test_zero3_gathers_and_reduces_the_embedding_and_the_head_as_units():
-    """FSDP wraps the embedding and the output layer too: each is gathered before
-    its forward and its backward (a tied logits weight with it) and its
-    gradients reduce-scattered, every micro-batch here."""
-    result = run(tiny(**FSDP_TINY))
+    """FSDP2 (TorchTitan) wraps the embedding and the output layer as units: each
+    is gathered before its forward and its backward (a tied logits weight with
+    it) and its gradients reduce-scattered, every micro-batch here. FSDP1's root
+    unit holds both: gathered once per micro-batch, kept through the backward."""
+    result = run(tiny(**{**FSDP_TINY, "framework": "torchtitan"}))
     m, micro_batches = result.scenario.model, result.summary["micro_batches"]
     gathers, scatters = _dp_calls(result, "all_gather"), _dp_calls(result, "reduce_scatter")
     assert len(gathers) == (2 * m.layers + 4) * micro_batches
     assert len(scatters) == (m.layers + 2) * micro_batches
     assert gathers["bytes"].max() >= 2 * m.vocab * m.hidden  # the bf16 vocabulary table
+    root = run(tiny(**FSDP_TINY))
+    gathers, scatters = _dp_calls(root, "all_gather"), _dp_calls(root, "reduce_scatter")
+    assert len(gathers) == (2 * m.layers + 1) * micro_batches
+    assert len(scatters) == (m.layers + 1) * micro_batches
+    assert gathers["bytes"].max() >= 2 * m.vocab * m.hidden
+    spans = root.spans
+    first = spans[(spans["rank"] == 0) & (spans["stream"] == "dp")].sort_values("start")
+    assert first.iloc[0]["layer"] == -1 and first.iloc[0]["phase"] == "forward"
     zero3 = {k: v for k, v in FSDP_TINY.items() if k != "fsdp"}
     for layout in ({**zero3, "zero": 3}, FSDP_TINY):
         layout = {**layout, "dp": 8, "pp": 2}
@@ -309,3 +360,23 @@ def test_fsdp2_splits_each_gathered_layer_with_a_copy_out_kernel():
     gathers = two.spans[(two.spans["rank"] == 0) & (two.spans["name"] == "all_gather")]
     first_copy, first_gather = copies(two)["start"].min(), gathers["end"].min()
     assert first_copy >= first_gather - 1e-12  # it waits for its gather
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(1, 50)), max_size=40),
+       st.integers(0, 300))
+def test_reuse_plan_gathers_what_is_not_held_and_releases_each_gather_once(trace, reuse):
+    sizes = {t: n for t, n in trace}  # one size per tensor, as in a real trace
+    uses = [(t, sizes[t]) for t, _ in trace]
+    gathers, releases = reuse_plan(uses, {"f"}, reuse)
+    held = set()
+    for (tensor, _), gather, release in zip(uses, gathers, releases, strict=True):
+        if tensor == "f":  # persistent
+            assert not gather and not release
+            continue
+        assert gather == (tensor not in held)
+        held.add(tensor)
+        if release:
+            held.discard(tensor)
+    assert not held  # the trace's last use of each tensor releases it
+    assert reuse_plan(uses, set(), 0)[0] == [True] * len(uses)
+    assert sum(reuse_plan(uses, set(), float("inf"))[0]) == len(sizes)

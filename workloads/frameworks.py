@@ -53,6 +53,7 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000  # zero_optimization.reduce_bucket_size
 PYTORCH_BUCKET_BYTES = 25 * MIB  # DistributedDataParallel(bucket_cap_mb=25)
 DEEPSPEED_PREFETCH_ELEMENTS = 50_000_000  # zero_optimization.stage3_prefetch_bucket_size
 DEEPSPEED_PERSISTENCE_ELEMENTS = 100_000  # zero_optimization.stage3_param_persistence_threshold
+DEEPSPEED_REUSE_ELEMENTS = 1_000_000_000  # zero_optimization.stage3_max_reuse_distance
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,42 @@ def prefetch_points(numels: list[int], window: float) -> list[int]:
             inflight += numels[issued]
             issued += 1
     return points
+
+
+def reuse_plan(uses: list[tuple[object, int]], persistent: set,
+               max_reuse: float) -> tuple[list[bool], list[bool]]:
+    """(gathers, releases) for each use (tensor, elements) of DeepSpeed ZeRO-3's
+    trace of one forward and backward: whether the use all-gathers its tensor (it
+    is not in memory) and whether the tensor is released after it.
+
+    After a module runs, the coordinator releases its parameters unless the trace
+    reaches their next use before ``max_reuse`` elements of other parameters
+    (``stage3_max_reuse_distance``; ``__params_to_release`` walks the modules
+    after this one, adding their elements). The trace ends with the backward, so
+    the last use of each tensor releases it. Persistent tensors
+    (``stage3_param_persistence_threshold``) are never gathered or released but
+    count in the distance.
+
+    >>> reuse_plan([("a", 5), ("b", 5), ("b", 5), ("a", 5)], set(), 6)
+    ([True, True, False, True], [True, False, True, True])
+    """
+    nxt: dict[object, int] = {}
+    later = [-1] * len(uses)
+    for i in range(len(uses) - 1, -1, -1):
+        later[i] = nxt.get(uses[i][0], -1)
+        nxt[uses[i][0]] = i
+    before = [0]  # elements of uses[:i]
+    for _, numel in uses:
+        before.append(before[-1] + numel)
+    held, gathers, releases = set(), [], []
+    for i, (tensor, _) in enumerate(uses):
+        if tensor in persistent:
+            gathers.append(False)
+            releases.append(False)
+            continue
+        gathers.append(tensor not in held)
+        j = later[i]
+        keep = j >= 0 and before[j] - before[i + 1] < max_reuse
+        (held.add if keep else held.discard)(tensor)
+        releases.append(not keep)
+    return gathers, releases

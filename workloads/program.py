@@ -64,7 +64,7 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
 def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None = None,
                 mem_end: tuple = (), record: bool = False, fetch=None) -> None:
     """One layer's forward (or backward) on one micro-batch; ``fetch(layer, key)``
-    (DeepSpeed ZeRO-3's ``sharded.TensorFetcher.wait``) gives the all-gather a
+    (DeepSpeed ZeRO-3's ``sharded.TensorFetcher.wait``) gives the all-gathers a
     kernel waits for, keyed by its plan position (``-1 - n`` in a backward)."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
@@ -85,8 +85,7 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             continue
         kernel = item[1]
         if fetch is not None:
-            ready = fetch(layer, n if forward else -1 - n)
-            extra = extra if ready is None else (ready,)
+            extra = fetch(layer, n if forward else -1 - n) or extra
         mem = mem_end if n == last else ()
         if what == "overlapped":
             i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra, mem)
@@ -120,18 +119,16 @@ def _trace(ctx: Context, layers: list[int], forward: bool) -> list[tuple[int, in
 
 
 def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
-                             record: bool) -> None:
-    """DeepSpeed ZeRO-3: a chunk's layers with one all-gather per module, issued by
-    the parameter coordinator (``sharded.TensorFetcher``); a full recompute's
-    forward gathers what its backward then uses."""
+                             record: bool, fetcher: sharded.TensorFetcher) -> None:
+    """DeepSpeed ZeRO-3: a chunk's layers with one all-gather per module parameter
+    not in memory, issued and released by the parameter coordinator
+    (``sharded.Coordinator``); a full recompute's forward gathers what its
+    backward then uses."""
     ctx = b.ctx
     kept, transient = _layer_memory(ctx)
-    order = list(layers) if forward else list(layers)[::-1]
     recompute = not forward and ctx.training.recompute is Recompute.FULL
-    fetcher = sharded.TensorFetcher(b, _trace(ctx, order, forward or recompute),
-                                    Phase.FORWARD if forward else Phase.BACKWARD, mb)
-    for layer in order:
-        free = ((-fetcher.layer_bytes(layer), "gathered_parameters"),)
+    for layer in (list(layers) if forward else list(layers)[::-1]):
+        free = fetcher.release(layer)
         if forward:
             _layer_pass(b, layer, mb, True, None, ((kept, "activations"),) + free,
                         fetch=fetcher.wait)
@@ -144,14 +141,15 @@ def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
 
 
 def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
-                  then: tuple[int, int] | None = None) -> int | None:
+                  then: tuple[int, int] | None = None,
+                  fetcher: sharded.TensorFetcher | None = None) -> int | None:
     """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory.
     ``then`` (unit id, parameters): the ZeRO-3 unit used after the last layer (the
     head forward, the embedding backward), prefetched as the next layer would be;
-    returns its gather."""
+    returns its gather. ``fetcher``: DeepSpeed ZeRO-3's, for this pass."""
     ctx = b.ctx
-    if ctx.parallel.deepspeed_zero3 is not None:
-        _chunk_layers_per_tensor(b, layers, mb, forward, record)
+    if fetcher is not None:
+        _chunk_layers_per_tensor(b, layers, mb, forward, record, fetcher)
         return None
     fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
@@ -194,9 +192,12 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
 
 
 def _embedding(b: Stage, mb: int, forward: bool, record: bool,
-               unit: int | None = None) -> None:
+               unit: int | None = None, fetcher: sharded.TensorFetcher | None = None) -> None:
     """Token embedding (and its tensor-parallel reduction); ``unit``: its ZeRO-3
-    gather, freed after use and reduce-scattered after a recorded backward."""
+    gather, freed after use and reduce-scattered after a recorded backward;
+    ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases its tables. Under
+    FSDP1's root unit (``sharded.root_params``) the forward gathers the root and
+    the backward frees it and reduce-scatters its gradients."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     kernel = K.embedding_kernels(ctx.model, sh, vocab=ctx.vocab)[0]
@@ -206,22 +207,31 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool,
     if not forward and sh.tp > 1 and kind is not None:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
     flops, cost = kernel_cost(kernel, not forward, ctx.training)
+    root = sharded.root_params(ctx)
+    if root and forward:
+        unit = sharded.gather(b, -1, phase, mb, b.last_compute, root)
     ready = b.param_ready.pop(-1, None) if forward else None
     extra = tuple(x for x in (ready, unit) if x is not None)
-    free = sharded.freed(ctx, kernel.params) if unit is not None else ()
+    owned = root or kernel.params  # what it frees and reduces
+    frees = not forward if root else unit is not None
+    free = sharded.freed(ctx, owned) if frees else ()
+    if fetcher is not None:
+        extra, free = extra + fetcher.wait(-1, "embedding"), fetcher.release(-1)
     i = b.compute(kernel, phase, mb, -1, flops, cost, mem=free, extra=extra)
     if record:
         b.grads.setdefault(-1, []).append((i, ctx.plan.reduce_bytes * kernel.params))
-        if unit is not None:
-            sharded.reduce_layer(b, -1, mb, kernel.params)
+        if unit is not None or root:
+            sharded.reduce_layer(b, -1, mb, owned)
     if forward and sh.tp > 1:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
 
 
-def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = None) -> None:
+def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = None,
+          fetcher: sharded.TensorFetcher | None = None) -> None:
     """Final norm, vocabulary-parallel logits and cross-entropy (with its small
     tensor-parallel all-reduces of per-token maxima and sums); ``unit``: its ZeRO-3
-    gather, freed after use and reduce-scattered after a recorded backward."""
+    gather, freed after use and reduce-scattered after a recorded backward;
+    ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases its weights."""
     ctx = b.ctx
     sh, m = ctx.shard, ctx.model
     phase, layer = Phase.FORWARD if forward else Phase.BACKWARD, m.layers
@@ -239,6 +249,9 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
             mem += sharded.freed(ctx, sharded.head_params(ctx, False))
         ready = b.param_ready.pop(layer, None) if forward else None
         extra = tuple(x for x in (ready, unit if n == 0 else None) if x is not None)
+        if fetcher is not None:
+            extra += fetcher.wait(layer, kernel.name)
+            mem += fetcher.release(layer) if n == len(sequence) - 1 else ()
         i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem, extra=extra)
         if record and kernel.params:
             b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
@@ -258,30 +271,42 @@ def _step(b: Stage, step: Step) -> None:
     last = not step.forward and mb == ctx.micro_batches - 1
     record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
     head, embedding = sharded.units(ctx, k)  # ZeRO-3: the embedding and the head are units
+    fetcher = _fetcher(b, step.forward, mb)
     if step.forward:
         if k > 0:
             pipeline.receive(b, k, True, mb, layers.start)
         else:
-            _embedding(b, mb, True, False, sharded.gather_unit(b, embedding, Phase.FORWARD, mb))
-        ready = _chunk_layers(b, layers, mb, True, False, head)
+            _embedding(b, mb, True, False, sharded.gather_unit(b, embedding, Phase.FORWARD, mb),
+                       fetcher)
+        ready = _chunk_layers(b, layers, mb, True, False, head, fetcher)
         if k == ctx.last_virtual:
-            _head(b, mb, True, False, ready)
+            _head(b, mb, True, False, ready, fetcher)
         else:
             pipeline.send(b, k, True, mb, layers.stop - 1)
         return
     if k < ctx.last_virtual:
         pipeline.receive(b, k, False, mb, layers.stop - 1)
     else:
-        _head(b, mb, False, record, sharded.gather_unit(b, head, Phase.BACKWARD, mb))
-    ready = _chunk_layers(b, layers, mb, False, record, embedding)
+        _head(b, mb, False, record, sharded.gather_unit(b, head, Phase.BACKWARD, mb), fetcher)
+    ready = _chunk_layers(b, layers, mb, False, record, embedding, fetcher)
     if k == 0:
-        _embedding(b, mb, False, record, ready)
+        _embedding(b, mb, False, record, ready, fetcher)
     else:
         pipeline.send(b, k, False, mb, layers.start)
     if last:
         b.last_backward[step.chunk] = b.last_compute
     if record:
         data.bucket_reduces(b, step.chunk)
+
+
+def _fetcher(b: Stage, forward: bool, mb: int) -> sharded.TensorFetcher | None:
+    """DeepSpeed ZeRO-3's parameter coordinator for one pass (its single pipeline
+    stage runs every layer), or None elsewhere."""
+    if b.ctx.parallel.deepspeed_zero3 is None:
+        return None
+    if b.coordinator is None:
+        b.coordinator = sharded.Coordinator(b.ctx)
+    return b.coordinator.fetcher(b, forward, mb)
 
 
 def _stage_params(ctx: Context, stage: int) -> int:

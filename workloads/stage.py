@@ -77,6 +77,7 @@ class Stage:
     # layer -> the overlapped parameter all-gather its first forward waits for
     param_ready: dict[int, int] = field(default_factory=dict)
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
+    coordinator: object | None = None  # DeepSpeed ZeRO-3's (sharded.Coordinator), made once
 
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
                 nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:

@@ -20,6 +20,7 @@ from simulator.base.fields import (
 from workloads.frameworks import (
     DEEPSPEED_PERSISTENCE_ELEMENTS,
     DEEPSPEED_PREFETCH_ELEMENTS,
+    DEEPSPEED_REUSE_ELEMENTS,
     Framework,
     GradientPlan,
     resolve,
@@ -99,6 +100,9 @@ class DeepSpeedSpec:
     # tensors smaller than this stay whole on every rank: never gathered
     stage3_param_persistence_threshold: int = setting(integer(0),
                                                       DEEPSPEED_PERSISTENCE_ELEMENTS)
+    # a parameter is kept gathered after use when its next use in the micro-batch's
+    # forward-and-backward trace comes within this many elements of other parameters
+    stage3_max_reuse_distance: int = setting(integer(0), DEEPSPEED_REUSE_ELEMENTS)
 
 
 def stage_list(path: str, value: object) -> tuple[int, ...]:

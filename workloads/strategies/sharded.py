@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, Collective, Phase
 from workloads import kernels as K
-from workloads.frameworks import prefetch_points
+from workloads.frameworks import prefetch_points, reuse_plan
 from workloads.layout import Layout
-from workloads.memory import PARAM_BYTES
+from workloads.memory import PARAM_BYTES, Recompute
 from workloads.models import ModelSpec
-from workloads.stage import Context, LayoutError, Stage
+from workloads.stage import Context, LayoutError, Stage, plan_kernels
 from workloads.training import ParallelSpec, Sharding, TrainingSpec
 
 
@@ -104,10 +104,25 @@ def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None,
                         mem=((grown, "gathered_parameters"),))
 
 
+def root_params(ctx: Context) -> int:
+    """Parameters of FSDP1's root unit without a pipeline (0 elsewhere): what the
+    layers' units leave, the embedding, the final norm and the output layer.
+    FSDP1 does not free the root's gathered parameters after the forward, which
+    its backward would gather again at once (``_post_forward_reshard``), so the
+    root is gathered once per micro-batch and freed, and its gradients
+    reduce-scattered, when the backward is done. (FSDP2 as TorchTitan applies it
+    wraps the embedding and the output layer as units of their own.)"""
+    parallel = ctx.parallel
+    if parallel.fsdp is None or parallel.zero_stage < 3 or parallel.pp > 1 or parallel.fsdp2:
+        return 0
+    return embedding_params(ctx) + head_params(ctx)
+
+
 def units(ctx: Context, k: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
     """(head, embedding) units, (unit id, parameters), that virtual stage ``k``
-    gathers as flat units: the head on the last, the embedding on the first."""
-    if not flat_units(ctx):
+    gathers as flat units: the head on the last, the embedding on the first
+    (none under FSDP1's root unit, ``root_params``)."""
+    if not flat_units(ctx) or root_params(ctx):
         return None, None
     return ((ctx.model.layers, head_params(ctx, False)) if k == ctx.last_virtual else None,
             (-1, embedding_params(ctx)) if k == 0 else None)
@@ -146,50 +161,99 @@ def reduce_layer(b: Stage, layer: int, mb: int, params: int | None = None) -> No
                                       blocking=False))
 
 
+def coordinator_trace(ctx: Context) -> tuple[list[tuple], list[tuple]]:
+    """DeepSpeed ZeRO-3's trace of one micro-batch (a single pipeline stage holds
+    every layer): the (layer, kernel key, tensor, elements) of each kernel's
+    parameters in the order the forward, then the backward, runs them. The
+    embedding is layer -1 and the head ``layers``; a tied logits weight is the
+    embedding's word table; a full recompute's forward precedes each backward."""
+    m, sh, n = ctx.model, ctx.shard, ctx.model.layers
+    word = ctx.vocab * m.hidden // sh.tp
+    embedding = [(-1, "embedding", "word", word)]
+    if m.learned_positions:
+        embedding.append((-1, "embedding", "positions", sh.seq * m.hidden))
+    head = []
+    for kernel in K.head_kernels(m, sh, vocab=ctx.vocab, owns_logits=True):
+        tied = kernel.name == "logits" and not ctx.owns_logits
+        if kernel.params:
+            head.append((n, kernel.name, "word" if tied else kernel.name,
+                         word if tied else kernel.params))
+    forward = [(layer, i, (layer, k.name), k.params) for layer in range(n)
+               for i, k in plan_kernels(ctx.passes[True]) if k.params]
+    recompute = ctx.training.recompute is Recompute.FULL
+    backward = []
+    for layer in range(n - 1, -1, -1):
+        if recompute:
+            backward += [u for u in forward if u[0] == layer]
+        backward += [(layer, -1 - i, (layer, k.name), k.params)
+                     for i, k in plan_kernels(ctx.passes[False]) if k.params]
+    return embedding + forward + head, head[::-1] + backward + embedding
+
+
+class Coordinator:
+    """DeepSpeed ZeRO-3's parameter coordinator over one micro-batch: which uses
+    gather their tensor and which release it (``frameworks.reuse_plan``), worked
+    out once per stage; ``fetcher`` gives one pass's ``TensorFetcher``."""
+
+    def __init__(self, ctx: Context) -> None:
+        spec = ctx.parallel.deepspeed_zero3
+        forward, backward = coordinator_trace(ctx)
+        uses = forward + backward
+        persistent = {u[2] for u in uses if u[3] < spec.stage3_param_persistence_threshold}
+        gathers, releases = reuse_plan([(u[2], u[3]) for u in uses], persistent,
+                                       spec.stage3_max_reuse_distance)
+        flagged = [(*u, g, r) for u, g, r in zip(uses, gathers, releases, strict=True)]
+        self.passes = {True: flagged[:len(forward)], False: flagged[len(forward):]}
+        self.prefetch = spec.stage3_prefetch_bucket_size
+
+    def fetcher(self, b: Stage, forward: bool, mb: int) -> TensorFetcher:
+        return TensorFetcher(b, self.passes[forward], self.prefetch,
+                             Phase.FORWARD if forward else Phase.BACKWARD, mb)
+
+
 class TensorFetcher:
-    """DeepSpeed ZeRO-3's parameter coordinator over one pass through a chunk's
-    layers: one all-gather per module with partitioned parameters (tensors under
-    ``stage3_param_persistence_threshold`` elements stay whole), issued where
+    """DeepSpeed ZeRO-3's parameter coordinator over one pass: one all-gather per
+    module parameter that is not in memory (``Coordinator``), issued where
     ``frameworks.prefetch_points`` puts it (``stage3_prefetch_bucket_size``
-    elements ahead); each module's kernel waits for its own gather.
+    elements ahead); each kernel waits for its own gathers, and each layer's end
+    releases what the coordinator releases there.
 
-    ``order`` lists (layer, pass-plan position, kernel) in the order the pass uses
-    them (a full recompute's forward first, in a backward); ``wait`` is called as
-    each kernel is appended: it appends the gathers due there and returns the one
-    the kernel waits for."""
+    ``wait(layer, key)`` is called as each kernel is appended: it appends the
+    gathers due there and returns those the kernel waits for."""
 
-    def __init__(self, b: Stage, order: list[tuple[int, int, object]], phase: Phase,
+    def __init__(self, b: Stage, uses: list[tuple], window: float, phase: Phase,
                  mb: int) -> None:
-        spec = b.ctx.parallel.deepspeed_zero3
-        tensors = [(layer, n, kernel.params) for layer, n, kernel in order
-                   if kernel.params >= spec.stage3_param_persistence_threshold]
-        points = prefetch_points([numel for *_, numel in tensors],
-                                 spec.stage3_prefetch_bucket_size)
-        self.b, self.phase, self.mb, self.tensors = b, phase, mb, tensors
+        self.b, self.phase, self.mb = b, phase, mb
         self.grown = PARAM_BYTES * (1 - 1 / b.ctx.shards)  # gathered bytes per element
-        self.at = {(layer, n): i for i, (layer, n, _) in enumerate(tensors)}
+        gathered = [u for u in uses if u[4]]
+        self.tensors = [(layer, numel) for layer, _, _, numel, *_ in gathered]
+        self.at: dict[tuple, list[int]] = {}
+        for t, (layer, key, *_) in enumerate(gathered):
+            self.at.setdefault((layer, key), []).append(t)
+        self.released: dict[int, float] = {}
+        for layer, _, _, numel, _, release in uses:
+            if release:
+                self.released[layer] = self.released.get(layer, 0.0) + self.grown * numel
+        points = prefetch_points([numel for _, numel in self.tensors], window)
         self.due: dict[int, list[int]] = {}
         for i, j in enumerate(points):
             self.due.setdefault(j, []).append(i)
-        self.per_layer: dict[int, float] = {}
-        for layer, _, numel in tensors:
-            self.per_layer[layer] = self.per_layer.get(layer, 0.0) + self.grown * numel
         self.gathers: dict[int, int] = {}
 
-    def layer_bytes(self, layer: int) -> float:
-        """Bytes the layer's gathered (partitioned) tensors add on this rank."""
-        return self.per_layer.get(layer, 0.0)
+    def release(self, layer: int) -> tuple[tuple[float, str], ...]:
+        """The memory event of what the coordinator releases after ``layer``."""
+        freed = self.released.get(layer, 0.0)
+        return ((-freed, "gathered_parameters"),) if freed else ()
 
-    def wait(self, layer: int, n: int) -> int | None:
-        i = self.at.get((layer, n))
-        if i is None:
-            return None
+    def wait(self, layer: int, key: object) -> tuple[int, ...]:
         b = self.b
-        after = () if b.last_compute is None else (b.last_compute,)
-        for t in self.due.pop(i, ()):
-            lay, _, numel = self.tensors[t]
-            self.gathers[t] = b.collective(
-                Collective.ALL_GATHER, PARAM_BYTES * numel, DP_STREAM, b.ctx.dp_group,
-                self.phase, self.mb, lay, deps=after, blocking=False,
-                mem=((self.grown * numel, "gathered_parameters"),), name="param_all_gather")
-        return self.gathers[i]
+        for i in self.at.get((layer, key), ()):
+            after = () if b.last_compute is None else (b.last_compute,)
+            for t in self.due.pop(i, ()):
+                lay, numel = self.tensors[t]
+                self.gathers[t] = b.collective(
+                    Collective.ALL_GATHER, PARAM_BYTES * numel, DP_STREAM, b.ctx.dp_group,
+                    self.phase, self.mb, lay, deps=after, blocking=False,
+                    mem=((self.grown * numel, "gathered_parameters"),),
+                    name="param_all_gather")
+        return tuple(self.gathers[i] for i in self.at.get((layer, key), ()))
