@@ -203,8 +203,11 @@ def test_ctrl_c_leaves_a_consistent_table_and_the_sweep_resumes(tmp_path):
     command = [sys.executable, "-m", "simulator", "sweep", str(base), "--out", str(out),
                "--workers", "1", "--grid", "cluster.nic_bandwidth=" + ",".join(
                    f"{10 * (n + 1)} Gb/s" for n in range(12))]
+    def as_from_a_shell() -> None:  # a shell starts commands with Ctrl-C's default action,
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # whatever this test process ignores
+
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+                               text=True, start_new_session=True, preexec_fn=as_from_a_shell)
     log = out / "results.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and not (log.exists() and log.read_text().count("\n") >= 1):
