@@ -368,32 +368,41 @@ def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ..
             for name, group in strategy.groups(ctx, layout).items()}
 
 
-def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Program:
-    """One iteration of ``model`` trained as ``training`` says, split as ``parallel`` says."""
+def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Context:
+    """What every stage's builder needs, checked and worked out once."""
     check(model, training, parallel)
     vocab = padded_vocab(model.vocab, parallel.tp)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention)
     sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
-    ctx = Context(model, training, parallel, shard, vocab,
-                  pipeline.virtual_stage_layers(model.layers, parallel.pp,
-                                                parallel.virtual_stages, parallel.stage_layers),
-                  parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
-                  {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
-                   for f in (True, False)},
-                  parallel.gradient_plan(training))
+    return Context(model, training, parallel, shard, vocab,
+                   pipeline.virtual_stage_layers(model.layers, parallel.pp,
+                                                 parallel.virtual_stages, parallel.stage_layers),
+                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
+                   {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
+                    for f in (True, False)},
+                   parallel.gradient_plan(training))
+
+
+def static_memory(ctx: Context, stage: int) -> dict[str, float]:
+    """Bytes a rank of ``stage`` holds all iteration: model states and NCCL's buffers."""
+    parallel = ctx.parallel
+    communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
+                                        parallel.pp) if size > 1)
+    return {**model_state_bytes(_stage_params(ctx, stage), parallel.zero_stage, ctx.shards,
+                                ctx.plan.reduce_bytes),
+            "communication_buffers": communication_buffer_bytes(communicators)}
+
+
+def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Program:
+    """One iteration of ``model`` trained as ``training`` says, split as ``parallel`` says."""
+    ctx = make_context(model, training, parallel)
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]
     stage_ops = [tuple(b.ops) for b in stages]
     stage_steps = [tuple(b.steps) for b in stages]
-    zero = parallel.zero_stage
-    communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
-                                        parallel.pp) if size > 1)
-    memory = [{**model_state_bytes(_stage_params(ctx, s), zero, ctx.shards,
-                                   ctx.plan.reduce_bytes),
-               "communication_buffers": communication_buffer_bytes(communicators)}
-              for s in range(parallel.pp)]
+    memory = [static_memory(ctx, s) for s in range(parallel.pp)]
     stage_of = [layout.coords(r)["pp"] for r in range(layout.world)]
     return Program(
         ops=tuple(stage_ops[s] for s in stage_of),

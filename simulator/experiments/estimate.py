@@ -1,0 +1,146 @@
+"""A layout's memory and a first estimate of its iteration time, without a
+simulation: what a search uses to drop layouts that do not fit and to rank
+the rest, so that only the promising ones are simulated.
+
+Both come from the same model the simulation runs. The program builder makes
+the first and the last pipeline stage's ops (``workloads.program``), with as
+few micro-batches as reach the same peak: 1F1B and interleaved 1F1B never
+hold more than their warm-up's micro-batches, so ``min(m, 2p)`` micro-batches
+give the same memory and the same steps (GPipe holds all m, so it keeps m).
+
+- **Memory** (``peak``): the stage's static bytes (model states, NCCL buffers)
+  plus its ops' memory events in program order, the simulator's own
+  accounting (``analysis.summary.peak_memory``); the largest stage's peak.
+- **Time** (``Estimate.seconds``): each pipeline step's kernels from the
+  compute model (host-bound launches included) plus its tensor- and
+  context-parallel collectives at their time alone on the fabric (the tuner's
+  choice), then the pipeline closed form for stages of unequal speed,
+  ``(m v - 1) t_max + (p - 1) t_first + t_last`` over per-chunk forward and
+  backward times (the fill and the drain pass every stage once; the middle
+  stages run like the first) plus two messages per stage, then the optimizer step and the last
+  data-parallel collective (the gradients of the first layers, which nothing
+  overlaps). It leaves out contention between collectives, data-parallel
+  communication that outlasts the backward, and compute slowed by NCCL
+  kernels, so it is optimistic; a search reports its error where it
+  simulates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simulator.analysis.summary import peak_memory
+from simulator.base.ir import CP_STREAM, TP_STREAM, Collective, OpKind
+from simulator.collectives.tuner import Collectives, isolated_time
+from simulator.compute.host import host_bound
+from simulator.compute.model import ComputeModel
+from simulator.config.scenario import Scenario
+from simulator.network.fabric import Fabric
+from workloads import program as builder
+from workloads.layout import Layout as RankLayout
+from workloads.layout import parse_order
+from workloads.schedules import Schedule
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the first pass knows of a layout."""
+
+    peak_bytes: float  # the largest stage's peak memory
+    peak_stage: int
+    seconds: float  # estimated iteration time
+    compute_s: float  # the busiest stage's kernels over the iteration
+    bubble_s: float  # the pipeline's fill and drain in the estimate
+    comm_s: float  # blocking tensor/context-parallel communication on the busiest stage
+    breakdown: dict  # bytes by category at the peak (parameters, activations, ...)
+
+
+def reduced(scenario: Scenario) -> Scenario:
+    """``scenario`` with as few micro-batches as reach its peak memory and steps."""
+    p, m = scenario.parallel.pp, scenario.parallel.micro_batches(scenario.training)
+    if scenario.parallel.schedule is Schedule.GPIPE or m <= 2 * p:
+        return scenario
+    per = scenario.training.global_batch // m
+    return replace(scenario, training=replace(scenario.training, global_batch=per * 2 * p))
+
+
+class Estimator:
+    """First-pass figures for layouts of one cluster (its fabric, tuner and
+    compute model are built once and shared)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.graph = scenario.machine.build_graph()
+        self.fabric = Fabric(self.graph)
+        self.tuner = Collectives(self.fabric, scenario.algorithm, scenario.protocol)
+        self.model = ComputeModel.of(scenario.gpu, scenario.training.precision)
+        self.gpus = self.graph.graph["gpus"]
+        self._collective: dict[tuple, float] = {}
+
+    def estimate(self, scenario: Scenario) -> Estimate:
+        small = reduced(scenario)
+        parallel = small.parallel
+        ctx = builder.make_context(small.model, small.training, parallel)
+        layout = RankLayout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
+                             "pp": parallel.pp}, parse_order(parallel.order))
+        groups = builder._groups(ctx, layout)
+        stages = sorted({0, parallel.pp - 1})
+        per_stage = {s: self._stage(ctx, s, layout, groups, small) for s in stages}
+        peak_stage = max(stages, key=lambda s: per_stage[s][0])
+        m = parallel.micro_batches(scenario.training)
+        v = parallel.virtual_stages
+        first, last = per_stage[0][1], per_stage[stages[-1]][1]  # a chunk's F + B
+        step, p = max(first, last), parallel.pp
+        comm = max(per_stage[s][3] for s in stages) * m / ctx.micro_batches
+        # fill and drain pass every stage once (the middle ones like the first)
+        bubble = (p - 1) * first + last - step + 2 * (p - 1) * per_stage[0][2]
+        tail = max(per_stage[s][4] for s in stages)
+        return Estimate(per_stage[peak_stage][0], peak_stage, m * v * step + bubble + tail,
+                        m * v * step, bubble, comm, per_stage[peak_stage][5])
+
+    def _stage(self, ctx, stage: int, layout, groups, scenario: Scenario):
+        """(peak bytes, forward + backward seconds per chunk, a message's seconds,
+        blocking communication over the reduced run, optimizer + last DP call,
+        bytes by category at the peak)."""
+        b = builder.build_stage(ctx, stage)
+        ops = b.ops
+        static = builder.static_memory(ctx, stage)
+        events = [(float(i), delta, what) for i, op in enumerate(ops) for delta, what in op.mem]
+        peak, breakdown = peak_memory(static, events)
+        rank = layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": stage})
+        kernels = host_bound(ops, b.steps, self.model.durations(ops),
+                             scenario.training.host_launch)
+        peer = layout.rank({"tp": 0, "cp": 0, "dp": 0,
+                            "pp": stage + 1 if stage + 1 < ctx.parallel.pp else stage - 1})
+        seconds = np.array([self._op_seconds(op, rank, peer, groups) if op.kind is not
+                            OpKind.COMPUTE else k for op, k in zip(ops, kernels, strict=True)])
+        blocking = np.array([op.stream in (TP_STREAM, CP_STREAM) for op in ops])
+        on_path = np.array([op.kind is OpKind.COMPUTE for op in ops]) | blocking
+        steps = [float(seconds[first:end][on_path[first:end]].sum())
+                 for first, end, _ in b.steps]
+        step = 2 * float(np.mean(steps)) if steps else 0.0  # forward + backward per chunk
+        message = max((seconds[i] for i, op in enumerate(ops) if op.kind is OpKind.SEND),
+                      default=0.0)
+        outside = [i for i in range(len(ops)) if not any(f <= i < e for f, e, _ in b.steps)]
+        optimizer = sum(seconds[i] for i in outside if ops[i].kind is OpKind.COMPUTE)
+        last_dp = max((seconds[i] for i in outside if ops[i].kind is OpKind.COLLECTIVE),
+                      default=0.0)
+        comm = float(seconds[blocking].sum())
+        return peak, step, message, comm, optimizer + last_dp, breakdown
+
+    def _op_seconds(self, op, rank: int, peer: int, groups) -> float:
+        """A collective, or a pipeline message to the next stage, alone on the
+        fabric (cached per shape)."""
+        if op.kind is OpKind.COLLECTIVE:
+            members = next((g for g in groups.get(op.group, ()) if rank in g), (rank,))
+            kind = op.collective
+        elif op.kind is OpKind.SEND:
+            members, kind = (rank, peer), Collective.SEND_RECV
+        else:
+            return 0.0  # a receive: the send's time
+        key = (kind, op.bytes, members)
+        if key not in self._collective:
+            gpus = [self.gpus[r] for r in members]
+            self._collective[key] = isolated_time(self.fabric, self.tuner(kind, gpus, op.bytes))
+        return self._collective[key]
