@@ -37,6 +37,7 @@ from simulator.cli import (
     plot,
     presets,
     run,
+    search,
     sweep,
     trace,
     validate,
@@ -50,8 +51,8 @@ from simulator.outputs.run_dir import RunDirError
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
 COMMANDS = {"run": run, "presets": presets, "collective": collective, "gantt": gantt,
-            "comms": comms, "compare": compare, "trace": trace, "sweep": sweep, "plot": plot,
-            "validate": validate, "calibrate": calibrate}
+            "comms": comms, "compare": compare, "trace": trace, "sweep": sweep,
+            "search": search, "plot": plot, "validate": validate, "calibrate": calibrate}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -14,15 +14,18 @@ give the same memory and the same steps (GPipe holds all m, so it keeps m).
 - **Time** (``Estimate.seconds``): each pipeline step's kernels from the
   compute model (host-bound launches included) plus its tensor- and
   context-parallel collectives at their time alone on the fabric (the tuner's
-  choice), then the pipeline closed form for stages of unequal speed,
+  choice), or its data-parallel collectives (ZeRO-3's gathers and
+  reduce-scatters, on their own stream) where those take longer, the kernels
+  slowed by ``overlap_slowdown`` while those run beside them; then the
+  pipeline closed form for stages of unequal speed,
   ``(m v - 1) t_max + (p - 1) t_first + t_last`` over per-chunk forward and
   backward times (the fill and the drain pass every stage once; the middle
-  stages run like the first) plus two messages per stage, then the optimizer step and the last
-  data-parallel collective (the gradients of the first layers, which nothing
-  overlaps). It leaves out contention between collectives, data-parallel
-  communication that outlasts the backward, and compute slowed by NCCL
-  kernels, so it is optimistic; a search reports its error where it
-  simulates.
+  stages run like the first) plus two messages per stage; then the
+  optimizer step, the last data-parallel collective (the gradients of the
+  first layers, which nothing overlaps) and what the gradient reduction
+  takes beyond the last backward. It leaves out contention between
+  collectives and the order of kernels and gathers within a step, so it is
+  mostly optimistic; a search reports its error where it simulates.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.analysis.summary import peak_memory
-from simulator.base.ir import CP_STREAM, TP_STREAM, Collective, OpKind
+from simulator.base.ir import CP_STREAM, DP_STREAM, TP_STREAM, Collective, OpKind
 from simulator.collectives.tuner import Collectives, isolated_time
 from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
@@ -64,6 +67,30 @@ def reduced(scenario: Scenario) -> Scenario:
         return scenario
     per = scenario.training.global_batch // m
     return replace(scenario, training=replace(scenario.training, global_batch=per * 2 * p))
+
+
+def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndarray,
+                  slowdown: float) -> tuple[float, float]:
+    """(a chunk's forward + backward seconds in the steady state, data-parallel
+    seconds the steps that reduce gradients leave beyond their compute). A step
+    lasts its compute chain or its data-parallel stream (ZeRO-3's gathers),
+    whichever is longer, the chain stretched by the GPU's ``overlap_slowdown``
+    for as long as the stream runs beside it; steps that reduce the gradients
+    are left out of the steady state, their excess counted once."""
+    typical: dict[bool, list[float]] = {True: [], False: []}
+    exposed = 0.0
+    for first, end, key in steps:
+        chain = float(seconds[first:end][on_path[first:end]].sum())
+        stream = float(seconds[first:end][data[first:end]].sum())
+        chain += (slowdown - 1) * min(chain, stream)
+        forward, edge = key[0], key[2]
+        if edge and not forward:
+            exposed += max(0.0, stream - chain)
+            typical[forward].append(chain)
+        else:
+            typical[forward].append(max(chain, stream))
+    step = sum(float(np.median(v)) for v in typical.values() if v)
+    return step, exposed
 
 
 class Estimator:
@@ -117,9 +144,9 @@ class Estimator:
                             OpKind.COMPUTE else k for op, k in zip(ops, kernels, strict=True)])
         blocking = np.array([op.stream in (TP_STREAM, CP_STREAM) for op in ops])
         on_path = np.array([op.kind is OpKind.COMPUTE for op in ops]) | blocking
-        steps = [float(seconds[first:end][on_path[first:end]].sum())
-                 for first, end, _ in b.steps]
-        step = 2 * float(np.mean(steps)) if steps else 0.0  # forward + backward per chunk
+        data = np.array([op.stream == DP_STREAM for op in ops])
+        step, exposed = _typical_step(b.steps, seconds, on_path, data,
+                                      scenario.gpu.overlap_slowdown)
         message = max((seconds[i] for i, op in enumerate(ops) if op.kind is OpKind.SEND),
                       default=0.0)
         outside = [i for i in range(len(ops)) if not any(f <= i < e for f, e, _ in b.steps)]
@@ -127,7 +154,7 @@ class Estimator:
         last_dp = max((seconds[i] for i in outside if ops[i].kind is OpKind.COLLECTIVE),
                       default=0.0)
         comm = float(seconds[blocking].sum())
-        return peak, step, message, comm, optimizer + last_dp, breakdown
+        return peak, step, message, comm, optimizer + last_dp + exposed, breakdown
 
     def _op_seconds(self, op, rank: int, peer: int, groups) -> float:
         """A collective, or a pipeline message to the next stage, alone on the

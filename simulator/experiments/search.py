@@ -81,7 +81,8 @@ def _first_pass_one(base: dict, base_dir: str | None, layout: L.Layout) -> dict[
     fits = e.peak_bytes <= capacity
     why = "" if fits else (f"needs {e.peak_bytes / GIB:.1f} GiB on stage {e.peak_stage} "
                            f"({_largest(e)}), the GPU has {capacity / GIB:.0f}")
-    return {"layout": layout.label, **_fields(layout), "fits": fits,
+    tokens = scenario.training.global_batch * scenario.training.seq_len
+    return {"layout": layout.label, **_fields(layout), "fits": fits, "tokens": tokens,
             "estimate_peak_gib": e.peak_bytes / GIB, "estimate_s": e.seconds,
             "estimate_bubble_s": e.bubble_s, "estimate_comm_s": e.comm_s, "why": why}
 
@@ -167,6 +168,7 @@ def ranked(table: pd.DataFrame, simulated: Mapping[str, dict], capacity_gib: flo
                                     "zero", "schedule", "virtual_stages", "estimate_s",
                                     "why")}
         out["peak_memory_gib"] = row["estimate_peak_gib"]
+        out["estimate_tokens_per_s"] = row["tokens"] / row["estimate_s"]
         run = simulated.get(row["layout"])
         if not row["fits"]:
             out["status"] = "does not fit"
