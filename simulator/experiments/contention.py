@@ -9,7 +9,11 @@ is as long as the contention it saw in that same timeline). Each pass settles
 the ops one step further along every dependency chain, so the passes approach
 the fixed point rather than reach it: ``solve`` stops when a pass moves the
 iteration time by less than ``SETTLED`` of itself (or it is exact), or after
-``passes`` runs, and says which. Where the slow-down could not move the
+``passes`` runs, and says which. Where the iteration time swings back (a
+longer pass, then a shorter one: stretched kernels that shift which ops
+overlap, as in interleaved pipelines), the next pass runs halfway between the
+two passes' durations (under-relaxation), which damps the swing; passes that
+approach monotonically are left as they are. Where the slow-down could not move the
 iteration time by that much to begin with (few kernels overlap NCCL), the run
 without it stands, and says so.
 """
@@ -126,7 +130,7 @@ def solve(run: Callable, spans_of: Callable, program: Program,
     (``_most_added``).
     """
     state = Contention(factor)
-    durations, cache, before = work, {}, None
+    durations, cache, before, step = work, {}, None, 0.0
     while True:
         result = run(durations)
         state.events += result.events
@@ -150,8 +154,21 @@ def solve(run: Callable, spans_of: Callable, program: Program,
             state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
             state.path = critical_path(spans)  # (the summary's, computed once)
             return result, spans, state
+        if before is not None and (length - before) * step < 0:  # it swings back: relax
+            new = relaxed(new, durations)
+        if before is not None:
+            step = length - before
         state.passes, before = state.passes + 1, length
         durations = _lookup(new, work)
+
+
+def relaxed(new: dict[int, np.ndarray], durations: Callable) -> dict[int, np.ndarray]:
+    """Halfway between the durations a pass ran with and those it asks for.
+
+    >>> relaxed({0: np.array([2.0, 4.0])}, lambda r: np.array([1.0, 1.0]))[0].tolist()
+    [1.5, 2.5]
+    """
+    return {r: 0.5 * (d + durations(r)) for r, d in new.items()}
 
 
 def _most_added(new: dict[int, np.ndarray], durations: Callable, program: Program) -> float:
