@@ -164,3 +164,11 @@ def test_the_command_refuses_bad_flags_with_exit_2(tmp_path, capsys):
     path.write_text(yaml.safe_dump(BASE))
     assert main(["search", str(path), "--out", str(tmp_path / "o"), "--tp", "two"]) == 2
     assert "--tp: 'two' must be integers" in capsys.readouterr().err
+
+
+def test_selective_recompute_is_the_same_run_as_none_under_fused_attention():
+    good, refused = L.candidates(BASE, L.check_space({"tp": [1], "pp": [1], "mbs": [1],
+                                                      "recompute": ["none", "selective"]}))
+    assert [layout.recompute for layout in good] == ["none"]
+    assert "the same run as recompute none" in refused[L.Layout(1, 1, 1, 16, 1, "selective", 0,
+                                                                "1f1b", 1)]

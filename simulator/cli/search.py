@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(table, refused: dict, show: int) -> None:
     counts = table["status"].value_counts().to_dict()
     print(f"layouts          {len(table)} valid ({', '.join(f'{n} {k}' for k, n in counts.items())}"
-          f"), {len(refused)} refused by the scenario checks")
+          f"), {len(refused)} left out (refused by the scenario checks, or the same run as "
+          "another: search.csv has only the valid ones)")
     columns = ["rank", "layout", "status", "iteration_time_s", "tokens_per_s", "mfu",
                "peak_memory_gib", "exposed_comm_s", "bubble_s", "estimate_s"]
     print(table[columns].head(show).to_string(index=False, float_format=lambda v: f"{v:.4g}"))

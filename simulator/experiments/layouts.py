@@ -8,8 +8,9 @@ the combinations that divide evenly (GPUs into tp x pp x cp x dp, the global
 batch into dp x micro-batch, the heads by tp, the layers by pp and virtual
 stages, the micro-batches by pp when interleaved; tensor parallelism inside a
 server), then asks the scenario loader, which checks every rule the simulator
-has, and lists what it refuses with its reason. Sequence parallelism is on
-wherever tp > 1, as Megatron-LM recommends with tensor parallelism.
+has, and lists what it refuses with its reason (selective recompute too,
+where fused attention makes it the same run as none). Sequence parallelism
+is on wherever tp > 1, as Megatron-LM recommends with tensor parallelism.
 """
 
 from __future__ import annotations
@@ -166,9 +167,14 @@ def candidates(base: Mapping[str, Any], space: Mapping[str, list], base_dir=None
     machine = machine_from(base.get("cluster"), base_dir)
     model = model_from(base.get("model"), base_dir)
     training = training_from(base.get("training"), machine.gpu)
+    same = training.flash_attention and "none" in space["recompute"]
     good, refused = [], {}
     for layout in combinations(space, machine.gpus, model.layers, model.heads,
                                machine.gpus // max(1, machine.nodes), training.global_batch):
+        if same and layout.recompute == "selective":
+            refused[layout] = ("the same run as recompute none: fused attention already "
+                               "recomputes the attention core and stores no scores")
+            continue
         try:
             from_dict(layout.scenario(base), base_dir=base_dir)
         except ScenarioError as error:
