@@ -136,9 +136,15 @@ def test_a_search_ranks_simulated_layouts_lists_the_rest_and_resumes(tmp_path):
     assert pd.read_parquet(tmp_path / "out" / "search.parquet")["layout"].tolist() == \
         table["layout"].tolist()
     log = (tmp_path / "out" / "results.jsonl").read_text()
+    estimates = tmp_path / "out" / "estimates.jsonl"
+    lines = estimates.read_text().splitlines(keepends=True)
+    assert len(lines) == len(table)
+    estimates.write_text("".join(lines[:5]) + lines[5][:20])  # killed mid-write
     again, _ = run_search(path, space, tmp_path / "out", top=3, workers=1)
     assert (tmp_path / "out" / "results.jsonl").read_text() == log  # nothing ran again
     assert again["layout"].tolist() == table["layout"].tolist()
+    assert estimates.read_text().splitlines(keepends=True)[:5] == lines[:5]
+    assert len(estimates.read_text().splitlines()) == len(table)
 
 
 def test_the_command_writes_the_best_layout_ready_to_run(tmp_path, capsys):
@@ -172,3 +178,25 @@ def test_selective_recompute_is_the_same_run_as_none_under_fused_attention():
     assert [layout.recompute for layout in good] == ["none"]
     assert "the same run as recompute none" in refused[L.Layout(1, 1, 1, 16, 1, "selective", 0,
                                                                 "1f1b", 1)]
+
+
+def test_a_space_file_gives_the_dimensions_and_flags_replace_one(tmp_path):
+    from simulator.cli.search import space_from
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"tp": [1, 2], "pp": [1], "mbs": [1, 2],
+                                     "recompute": "full"}))
+
+    class Args:
+        pass
+
+    args = Args()
+    args.space = str(space)
+    for dim in ("tp", "pp", "cp", "mbs", "recompute", "zero", "schedule", "virtual_stages"):
+        setattr(args, dim, None)
+    args.pp = "1-2"
+    got = space_from(args, 16, 8, 16, 8, 32)
+    assert got == {"tp": [1, 2], "pp": [1, 2], "mbs": [1, 2], "recompute": ["full"]}
+    args.space = None
+    default = space_from(args, 16, 8, 16, 8, 32)
+    assert default["pp"] == [1, 2] and default["tp"] == [1, 2, 4, 8]

@@ -62,8 +62,6 @@ def space_from(args: argparse.Namespace, world: int, layers: int, heads: int,
         if not isinstance(raw, dict):
             raise ScenarioError(f"--space: {args.space} must map dimensions to value lists")
         space = {k: (v if isinstance(v, list) else [v]) for k, v in raw.items()}
-        if not flags:
-            flags = {}
     for dim, text in flags.items():
         flag, kind, _ = FLAGS[dim]
         space[dim] = L.parse_values(text, flag, kind)

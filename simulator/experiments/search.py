@@ -12,8 +12,9 @@ cluster that fits, found with the simulator.
 4. Rank the simulated layouts by iteration time; report the estimate's error
    against each simulation.
 
-The first pass itself runs in worker processes, and its table is kept
-(``estimates.parquet``), so a rerun goes straight to the simulations.
+The first pass itself runs in worker processes and logs each layout as it is
+done (``estimates.jsonl``; the table in ``estimates.parquet``), so a rerun, or
+one after a kill, picks up where it stopped.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from simulator.experiments.estimate import Estimator
 
 GIB = 2**30
 ESTIMATES = "estimates.parquet"
+ESTIMATES_LOG = "estimates.jsonl"
 TABLE = "search"  # search.parquet, search.csv
 COLUMNS = ["rank", "layout", "status", "iteration_time_s", "tokens_per_s", "mfu",
            "peak_memory_gib", "exposed_comm_s", "bubble_s", "estimate_s", "estimate_error_pct",
@@ -40,24 +42,25 @@ COLUMNS = ["rank", "layout", "status", "iteration_time_s", "tokens_per_s", "mfu"
 
 
 def first_pass(base: Mapping[str, Any], found: list[L.Layout], base_dir: Path | None,
-               workers: int = 1, bar=None) -> pd.DataFrame:
+               workers: int = 1, bar=None, keep=None) -> pd.DataFrame:
     """Memory and estimated time of every layout (one row each, in ``found``'s
-    order); ``bar.update(1)`` as each is done."""
+    order); ``keep(row)`` and ``bar.update(1)`` as each is done."""
     jobs = [(dict(base), str(base_dir) if base_dir else None, layout) for layout in found]
     if workers <= 1 or len(jobs) < 2 * workers:
-        results = map(_first_pass_star, jobs)
-        rows = [_tick(row, bar) for row in results]
+        rows = [_tick(row, bar, keep) for row in map(_first_pass_star, jobs)]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = pool.map(_first_pass_star, jobs,
                                chunksize=max(1, len(jobs) // (16 * workers)))
-            rows = [_tick(row, bar) for row in results]
+            rows = [_tick(row, bar, keep) for row in results]
     if bar:
         bar.close()
     return pd.DataFrame(rows)
 
 
-def _tick(row: dict, bar) -> dict:
+def _tick(row: dict, bar, keep) -> dict:
+    if keep:
+        keep(row)
     if bar:
         bar.update(1)
     return row
@@ -104,18 +107,26 @@ def layout_of(row: Mapping[str, Any]) -> L.Layout:
 
 
 def load_or_estimate(out: Path, base: Mapping[str, Any], found: list[L.Layout],
-                     base_dir: Path | None, workers: int, bar=None) -> pd.DataFrame:
-    """The first pass's table, read back when this search made it already."""
-    path = out / ESTIMATES
-    labels = [layout.label for layout in found]
-    if path.exists():
-        table = pd.read_parquet(path)
-        if list(table["layout"]) == labels:
-            return table
-    table = first_pass(base, found, base_dir, workers, bar)
-    partial = path.with_name(f".{path.name}.partial")
+                     base_dir: Path | None, workers: int, bar_of=None) -> pd.DataFrame:
+    """The first pass's table. Each row is appended to ``estimates.jsonl`` as it
+    is done (one flushed write), so a rerun of the same search estimates only
+    the layouts it had not reached (``bar_of(total, done)`` makes the bar)."""
+    log = out / ESTIMATES_LOG
+    done = {row["layout"]: row for row in sweep.read_log(log, "layout")}
+    todo = [layout for layout in found if layout.label not in done]
+
+    def keep(row: dict) -> None:
+        with open(log, "a") as file:
+            file.write(json.dumps(row, default=str) + "\n")
+            file.flush()
+
+    bar = bar_of(len(found), len(found) - len(todo)) if bar_of and todo else None
+    for _, row in first_pass(base, todo, base_dir, workers, bar, keep).iterrows():
+        done[row["layout"]] = row.to_dict()
+    table = pd.DataFrame([done[layout.label] for layout in found])
+    partial = out / f".{ESTIMATES}.partial"
     table.to_parquet(partial, index=False)
-    partial.replace(path)
+    partial.replace(out / ESTIMATES)
     return table
 
 
@@ -222,8 +233,10 @@ def run_search(base_path: str | Path, space: Mapping[str, list], out: str | Path
         raise L.SearchError("no layout of the search space can run this scenario"
                             + (f"; the first refused: {next(iter(refused.values()))}"
                                if refused else ""))
+    sweep.prepare(out, _searchable(base))  # refuses the directory of another search
     estimates = load_or_estimate(out, _searchable(base), found, base_dir, workers,
-                                 progress("first pass", len(found), 0) if progress else None)
+                                 (lambda n, d: progress("first pass", n, d)) if progress
+                                 else None)
     simulated = simulate(_searchable(base), base_dir, choose(estimates, top), out, workers,
                          dask, (lambda n, d: progress("simulations", n, d)) if progress
                          else None)

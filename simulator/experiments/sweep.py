@@ -216,6 +216,29 @@ def run_case(base: Mapping[str, Any], base_dir: str | None, case: Case) -> dict[
     return row
 
 
+def read_log(log: Path, *keys: str) -> list[dict]:
+    """The rows of a JSON-lines log (those with every one of ``keys``); a line a
+    crash cut short (no newline, or not JSON) is dropped from the file, so the
+    next row starts on a line of its own and what it held is done again once."""
+    if not log.exists():
+        return []
+    lines = log.read_bytes().split(b"\n")
+    rows, kept = [], []
+    for line in lines[:-1]:  # the part after the last newline is never whole
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(row, dict) and all(key in row for key in keys):
+            rows.append(row)
+            kept.append(line)
+    if len(kept) != len(lines) - 1 or lines[-1]:
+        partial = log.with_name(f".{log.name}.partial")
+        partial.write_bytes(b"".join(line + b"\n" for line in kept))
+        partial.replace(log)
+    return rows
+
+
 class Results:
     """The sweep's results on disk: the JSON-lines log and the table built from it."""
 
@@ -228,26 +251,8 @@ class Results:
         self._repair(out / RESULTS)
 
     def _repair(self, log: Path) -> None:
-        """Read the log; a line a crash cut short (no newline, or not JSON) is
-        dropped from the file, so the next row starts on a line of its own and the
-        case it held runs again once."""
-        if not log.exists():
-            return
-        data = log.read_bytes()
-        lines = data.split(b"\n")
-        kept = []
-        for line in lines[:-1]:  # the part after the last newline is never whole
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if isinstance(row, dict) and "case" in row and "status" in row:
-                self.rows[row["case"]] = row
-                kept.append(line)
-        if len(kept) != len(lines) - 1 or lines[-1]:
-            partial = log.with_name(f".{log.name}.partial")
-            partial.write_bytes(b"".join(line + b"\n" for line in kept))
-            partial.replace(log)
+        for row in read_log(log, "case", "status"):
+            self.rows[row["case"]] = row
 
     def finished(self, retry_failed: bool = False) -> set[str]:
         return {cid for cid, row in self.rows.items()
