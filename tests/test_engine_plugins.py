@@ -14,7 +14,7 @@ from simulator.config.scenario import from_dict
 from simulator.engine.assemble import PLUGINS, engine_class
 from simulator.engine.core import Engine
 from simulator.engine.exclusive import exclusive_dimensions
-from simulator.engine.gangs import tensor_parallel_gangs
+from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.records import COLLECTIVE_COLUMNS
 from simulator.experiments.runner import compute_model, span_table
 from simulator.network.fabric import Fabric
@@ -22,9 +22,12 @@ from tests.test_parallelism import tiny
 from workloads.program import build_program
 
 COMBINATIONS = [("batching",), ("folding",), ("batching", "folding"), ("gangs",),
-                ("batching", "gangs"), ("gangs", "exclusive_links"),
+                ("batching", "gangs"), ("gangs", "call_groups"),
+                ("batching", "gangs", "call_groups"), ("gangs", "exclusive_links"),
                 ("batching", "gangs", "exclusive_links"),
-                ("batching", "gangs", "exclusive_links", "passes")]
+                ("batching", "gangs", "call_groups", "exclusive_links"),
+                ("batching", "gangs", "exclusive_links", "passes"),
+                ("batching", "gangs", "call_groups", "exclusive_links", "passes")]
 PIPELINES = [dict(tp=8, pp=2), dict(tp=8, pp=2, schedule="interleaved", virtual_stages=2,
                                     sequence_parallel=True),
              dict(tp=8, pp=2, training__recompute="full", training__micro_batch=2),
@@ -51,8 +54,9 @@ def _spans(result, nodes) -> pd.DataFrame:
 def test_a_plugin_gives_the_reference_timeline(names, parallelism):
     program, placement, fabric, durations = _setup(parallelism)
     options = {}
-    if "gangs" in names:
-        options["represents"] = tensor_parallel_gangs(program)
+    if "gangs" in names:  # with call groups: a stage's class, which holds whole groups
+        options["represents"] = (program_classes(program) if "call_groups" in names else
+                                 tensor_parallel_gangs(program))
     if "exclusive_links" in names:
         options["exclusive"] = exclusive_dimensions(program, fabric, placement)
     nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
@@ -67,6 +71,30 @@ def test_a_plugin_gives_the_reference_timeline(names, parallelism):
     if "folding" not in names:  # folded ranks' calls are not logged
         assert len(fast.collectives) == len(reference.collectives)
     assert fast.events <= reference.events
+
+
+@pytest.mark.parametrize("parallelism", [dict(tp=8, dp=2), dict(tp=2, pp=2, dp=4)],
+                         ids=["tp8-dp2", "tp2-pp2-dp4"])
+def test_call_groups_run_a_gangs_groups_as_one_batch_with_the_same_log(parallelism):
+    """A stage's class holds whole tensor- and data-parallel groups: its calls run as
+    one batch each (fewer events than a call per group), and every call is logged
+    with the reference's start and end (the log sorted by call)."""
+    program, placement, fabric, durations = _setup(parallelism)
+    runs = {names: engine_class(*names)(program, placement, durations, fabric,
+                                        Collectives(fabric),
+                                        represents=program_classes(program)).run()
+            for names in [("batching", "gangs"), ("batching", "gangs", "call_groups")]}
+    reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
+    (_, gangs), (_, grouped) = runs.items()
+    assert grouped.events < 0.7 * gangs.events
+    keys = ["group", "group_index", "seq"]
+    expected = reference.collectives.frame(COLLECTIVE_COLUMNS).sort_values(keys)
+    got = grouped.collectives.frame(COLLECTIVE_COLUMNS).sort_values(keys)
+    assert len(got) == len(expected)
+    for column in ("collective", "name", "ranks", "bytes", "algorithm", "channels"):
+        assert got[column].astype(str).tolist() == expected[column].astype(str).tolist()
+    for column in ("first_arrival", "start", "end"):
+        assert got[column].to_numpy() == pytest.approx(expected[column].to_numpy(), rel=1e-9)
 
 
 def _same_memory(mine: list, theirs: list) -> None:

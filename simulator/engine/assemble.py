@@ -13,6 +13,7 @@ from functools import cache
 from types import MappingProxyType
 
 from simulator.engine.batching import BatchedCompute
+from simulator.engine.call_groups import CallGroups
 from simulator.engine.core import Engine
 from simulator.engine.exclusive import ExclusiveLinks
 from simulator.engine.folding import Folding
@@ -24,6 +25,7 @@ PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     # outermost first: a plug-in listed earlier overrides the hooks of later ones
     "passes": Passes,  # needs exclusive_links and Program.steps: replays pipeline steps
     "exclusive_links": ExclusiveLinks,  # needs gangs: settles calls a gang fills alone
+    "call_groups": CallGroups,  # needs gangs: a gang's whole groups' calls as one batch
     "gangs": Gangs,
     "folding": Folding,
     "layer_spans": LayerSpans,  # includes batching

@@ -18,9 +18,10 @@ in SimPy's ``core.py``. The recorders are plain lists: spans, the
 communication log (one row per call or message, in the order they end) and
 memory events ((time, delta, category) per rank, applied at an op's end).
 
-Speed-ups are subclasses in their own modules (``batching``, ``layer_spans``, ``passes``,
-``folding``, ``gangs``, ``exclusive``) that override the hooks below; each has
-an equivalence test against this class as its contract. Hooks:
+Speed-ups are subclasses in their own modules (``batching``, ``layer_spans``,
+``passes``, ``folding``, ``gangs``, ``call_groups``, ``exclusive``) that override
+the hooks below; each has an equivalence test against this class as its
+contract. Hooks:
 ``_process`` (the generator run for a stream), ``_compute`` (plan compute ops
 from a stream position), ``_collective`` and ``_p2p`` (generators for one op),
 ``_arriving`` (the ranks calls wait for), ``_expander`` and ``_inexact``.

@@ -178,9 +178,10 @@ def why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
            automatic: bool, replay: bool = True) -> Method:
-    """Gangs (with exclusive links where they hold, and pipeline steps replayed
-    from templates where ``replay``: every instance of a step kind must take the
-    same time, which per-kernel jitter breaks)."""
+    """Gangs, whose calls on whole groups run as one batch (with exclusive links
+    where they hold, and pipeline steps replayed from templates where ``replay``:
+    every instance of a step kind must take the same time, which per-kernel
+    jitter breaks)."""
     represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
     options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
@@ -189,8 +190,8 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
         options["exclusive"] = exclusive
     passes = ("passes",) if replay and exclusive and program.steps and base == (
         "batching",) else ()
-    return Method((*base, "gangs", *(("exclusive_links",) if exclusive else ()), *passes),
-                  options, automatic)
+    return Method((*base, "gangs", "call_groups",
+                   *(("exclusive_links",) if exclusive else ()), *passes), options, automatic)
 
 
 def describe(method: Method, simulated: int, ranks: int, inexact: str | None

@@ -1,0 +1,116 @@
+"""Plug-in: a gang's collective runs every group it holds as one batched transfer.
+
+A gang (``gangs``) that holds whole groups of a dimension (a pipeline stage's
+class holds each of its tensor-parallel groups, and often its data-parallel
+groups) makes every group's call at once: the groups' members are all the
+gang's, and they arrive together. The reference joins each group's call on its
+own (a call record, a lowering, a transfer and an event per group: 32 tensor-
+parallel groups of 4 in a stage of 128 GPUs is 32 of each per call). Here the
+groups' calls start as one batch (``BatchNetwork.transfer_group``: the flows of
+all of them start together, each group's part ends when its own flows end,
+exactly as separate transfers would, and one event fires after the last), and
+are logged as one block of rows in group order. This is the case the
+``exclusive`` plug-in cannot settle without the network: links shared with
+other traffic some of the time (tensor parallelism of 2 or 4 beside data-
+parallel peers in one server), so the calls still run on the shared fabric.
+
+Only single-step lowerings are batched; a call whose lowering runs several
+steps, and a gang that does not hold every member of each group, go the
+reference way.
+
+Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
+(every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
+rank's spans and the log equal the full run's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.base.ir import Op
+from simulator.engine.gangs import Gangs
+
+
+@dataclass(frozen=True)
+class CallGroup:
+    """How a gang's call on one dimension runs as a batch (cached per call kind)."""
+
+    counters: tuple[int, ...]  # per group: the member whose call counter numbers it
+    members: tuple[tuple[int, ...], ...]  # per group: its members (for the lockstep check)
+    own: int  # position of the representative's own group
+    plan: int  # the mates' block plan (``Gangs._plan``)
+    heads: list[tuple]  # per group: its log row's fixed fields (no seq, no times)
+    parts: tuple[tuple[float, tuple[int, ...], list, tuple], ...]  # per latency:
+    # (latency, the groups' positions, their (routes, sizes), a shape key)
+
+
+class CallGroups(Gangs):
+    """Gangs whose calls on whole groups run as one batched transfer."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._call_groups: dict[tuple, CallGroup | None] = {}
+
+    def _collective(self, rank: int, op_index: int, op: Op):
+        batch = self._call_group(rank, op)
+        if batch is None:
+            yield from super()._collective(rank, op_index, op)
+            return
+        start = self.env.now
+        seq = self._seq[rank].get(op.group, 0)
+        for counter in batch.counters:  # as each group's own call would number it
+            self._seq[counter][op.group] = seq + 1
+        ends = [start] * len(batch.members)
+        waits = []
+        for latency, positions, calls, key in batch.parts:
+            part_ends = [0.0] * len(positions)
+            waits.append((self.network.transfer_group(calls, key, part_ends, latency),
+                          positions, part_ends))
+        yield self._all([event for event, _, _ in waits])
+        for _, positions, part_ends in waits:
+            for position, end in zip(positions, part_ends, strict=True):
+                ends[position] = end
+        row = len(self.collectives) + batch.own
+        self.collectives.block(batch.heads, seq, start, ends=ends)
+        self._record(rank, op, start, start, ends[batch.own], row)
+        self._check_lockstep(rank, op, list(zip(batch.members, ends, strict=True)))
+        self.mate_blocks.setdefault(rank, {})[row] = batch.plan
+        self._finish(rank, op_index, max(ends))
+
+    def _call_group(self, rank: int, op: Op) -> CallGroup | None:
+        """``rank``'s gang's call ``op`` as a batch: when the gang holds two or more
+        groups of ``op.group``, every member of each, and each group's lowering is
+        a single step; else None. Cached per call kind."""
+        key = (rank, op.group, op.collective, op.bytes)
+        if key in self._call_groups:
+            return self._call_groups[key]
+        held, own, plan = self._gang_groups(rank, op.group)
+        whole = [tuple(self.program.groups[op.group][g]) for g in held]
+        batch = None
+        if plan is not None and all(len(held[g]) == len(m)
+                                    for g, m in zip(held, whole, strict=True)):
+            lowered = [self._lower(op.collective, [self.placement[r] for r in m], op.bytes)
+                       for m in whole]
+            if all(low.steps == 1 for low in lowered):
+                batch = CallGroup(
+                    counters=tuple(held[g][0] for g in held), members=tuple(whole), own=own,
+                    plan=plan,
+                    heads=[(op.group, g, op.collective.value, op.name, len(m), op.bytes,
+                            low.algorithm.value, low.protocol.value, low.channels)
+                           for g, m, low in zip(held, whole, lowered, strict=True)],
+                    parts=_by_latency(lowered))
+        self._call_groups[key] = batch
+        return batch
+
+
+def _by_latency(lowered: list) -> tuple[tuple[float, tuple[int, ...], list, tuple], ...]:
+    """The groups' lowerings batched per latency (a batch adds one latency to every
+    part): (latency, positions, (routes, sizes) per position, a shape key naming
+    the batch's flows for the network's caches)."""
+    batches: dict[float, list[int]] = {}
+    for position, low in enumerate(lowered):
+        batches.setdefault(low.latency, []).append(position)
+    return tuple((latency, tuple(positions),
+                  [(lowered[p].routes, lowered[p].sizes) for p in positions],
+                  ("call group", *(lowered[p].key for p in positions)))
+                 for latency, positions in batches.items())
