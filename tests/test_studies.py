@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT
 
 STUDIES = ["pp_vs_dp_bandwidth", "bucket_size", "pipeline_partition", "fsdp_thresholds",
-           "dp_scaling_polaris", "comm_characteristics"]
+           "dp_scaling_polaris", "comm_characteristics", "layout_search"]
 
 
 @pytest.mark.parametrize("name", STUDIES)
