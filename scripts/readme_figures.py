@@ -5,11 +5,16 @@
 The quick-start Gantt (16 ranks of pure data parallelism), the 3D-parallel
 1F1B Gantt (two ranks of each of the four stages, with its breakdown panel),
 the 3D run's memory over time, and the same run with 1F1B and with GPipe on
-one time axis (what ``clustersim compare`` draws).
+one time axis (what ``clustersim compare`` draws), and the layout search's
+figure for GPT-3 6.7B on 32 A100 (``clustersim search ... --top 6``).
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from simulator import run
@@ -30,9 +35,20 @@ def main() -> None:
                 ("parallelism.schedule=gpipe",))
     save(compare_figure(pipeline.spans, gpipe.spans, ("1F1B", "GPipe"), ranks=[0, 8, 16, 24]),
          DOCS / "compare-1f1b-gpipe.png")
+    search_example()
     for name in ("quickstart-gantt.png", "pipeline-gantt.png", "pipeline-memory.png",
-                 "compare-1f1b-gpipe.png"):
+                 "compare-1f1b-gpipe.png", "search-example.png"):
         print(DOCS / name)
+
+
+def search_example() -> None:
+    """The README's search: the 3D scenario's default space, the top 6 simulated,
+    as the command runs it."""
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run([sys.executable, "-m", "simulator", "search",
+                        str(ROOT / "scripts" / "scenarios" / "gpt3-6.7b-3d.yaml"), "--top", "6",
+                        "--out", folder], check=True, capture_output=True)
+        shutil.copy(Path(folder) / "search.png", DOCS / "search-example.png")
 
 
 if __name__ == "__main__":

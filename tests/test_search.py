@@ -35,7 +35,8 @@ MIXED = [L.Layout(1, 1, 1, 16, 1, "none", 0, "1f1b", 1),
          L.Layout(1, 1, 1, 16, 2, "full", 3, "1f1b", 1),
          L.Layout(8, 1, 1, 2, 1, "none", 0, "1f1b", 1),
          L.Layout(2, 8, 1, 1, 1, "selective", 0, "gpipe", 1),
-         L.Layout(2, 2, 2, 2, 1, "none", 0, "1f1b", 1)]
+         L.Layout(2, 2, 2, 2, 1, "none", 0, "1f1b", 1),
+         L.Layout(1, 4, 1, 4, 1, "none", 1, "interleaved", 2)]
 
 
 def test_combinations_divide_evenly_and_keep_tensor_parallelism_in_a_server():
@@ -100,9 +101,9 @@ def test_the_first_pass_memory_is_the_simulated_peak(simulated):
                                                           rel=1e-9), layout.label
 
 
-def test_the_first_pass_time_is_within_fifteen_percent_of_the_simulation(simulated):
+def test_the_first_pass_time_is_within_ten_percent_of_the_simulation(simulated):
     for layout, estimate, summary in simulated:
-        assert estimate.seconds == pytest.approx(summary["iteration_time_s"], rel=0.15), \
+        assert estimate.seconds == pytest.approx(summary["iteration_time_s"], rel=0.10), \
             layout.label
 
 
@@ -200,3 +201,14 @@ def test_a_space_file_gives_the_dimensions_and_flags_replace_one(tmp_path):
     args.space = None
     default = space_from(args, 16, 8, 16, 8, 32)
     assert default["pp"] == [1, 2] and default["tp"] == [1, 2, 4, 8]
+
+
+def test_pipeline_messages_on_the_steady_state_cycle():
+    """1F1B: 2 (p - 1) messages per p micro-batches; interleaved: one each way per
+    chunk step (the ring of stages); GPipe and no pipeline: none."""
+    from simulator.experiments.estimate import _cycle_messages
+    from workloads.schedules import Schedule
+    assert _cycle_messages(Schedule.ONE_F_ONE_B, 4) == pytest.approx(1.5)
+    assert _cycle_messages(Schedule.INTERLEAVED, 4) == 2.0
+    assert _cycle_messages(Schedule.GPIPE, 4) == 0.0
+    assert _cycle_messages(Schedule.ONE_F_ONE_B, 1) == 0.0

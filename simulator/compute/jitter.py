@@ -49,6 +49,16 @@ def jitter_factors(seed: int, rank: int, count: int, sigma: float) -> np.ndarray
     return 1.0 + sigma * np.abs(rng.standard_normal(count))
 
 
+def mean_factor(sigma: float) -> float:
+    """The expected slow-down ``jitter_factors`` draws: E[1 + sigma |N(0,1)|] =
+    1 + sigma sqrt(2/pi) (the half-normal's mean).
+
+    >>> round(mean_factor(0.02), 5)
+    1.01596
+    """
+    return 1.0 + sigma * (2.0 / np.pi) ** 0.5
+
+
 def segments(program: Program, rank: int) -> list[tuple[list[int], tuple[int, ...]]]:
     """``rank``'s compute-stream segments that end at a blocking collective's call:
     (op indices of the segment, in stream order; the collective group's members

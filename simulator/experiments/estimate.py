@@ -18,9 +18,11 @@ give the same memory and the same steps (GPipe holds all m, so it keeps m).
   reduce-scatters, on their own stream) where those take longer, the kernels
   slowed by ``overlap_slowdown`` while those run beside them; then the
   pipeline closed form for stages of unequal speed,
-  ``(m v - 1) t_max + (p - 1) t_first + t_last`` over per-chunk forward and
-  backward times (the fill and the drain pass every stage once; the middle
-  stages run like the first) plus two messages per stage; then the
+  ``(m v - 1) t_max + (p - 1) t_first + t_last`` over a chunk's forward and
+  backward times (a stage's chunks summed, so the last stage's head counts in
+  full, then divided by v; the fill and the drain pass every stage once; the
+  middle stages run like the first) plus two messages per stage, and the
+  messages on the steady state's critical cycle (``_cycle_messages``); then the
   optimizer step, the last data-parallel collective (the gradients of the
   first layers, which nothing overlaps) and what the gradient reduction
   takes beyond the last backward. It leaves out contention between
@@ -38,6 +40,7 @@ from simulator.analysis.summary import peak_memory
 from simulator.base.ir import CP_STREAM, DP_STREAM, TP_STREAM, Collective, OpKind
 from simulator.collectives.tuner import Collectives, isolated_time
 from simulator.compute.host import host_bound
+from simulator.compute.jitter import mean_factor
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.network.fabric import Fabric
@@ -71,26 +74,43 @@ def reduced(scenario: Scenario) -> Scenario:
 
 def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndarray,
                   slowdown: float) -> tuple[float, float]:
-    """(a chunk's forward + backward seconds in the steady state, data-parallel
-    seconds the steps that reduce gradients leave beyond their compute). A step
-    lasts its compute chain or its data-parallel stream (ZeRO-3's gathers),
-    whichever is longer, the chain stretched by the GPU's ``overlap_slowdown``
-    for as long as the stream runs beside it; steps that reduce the gradients
-    are left out of the steady state, their excess counted once."""
-    typical: dict[bool, list[float]] = {True: [], False: []}
+    """(one micro-batch's forward and backward through every chunk of the stage in
+    the steady state, data-parallel seconds the steps that reduce gradients
+    leave beyond their compute). A step lasts its compute chain or its
+    data-parallel stream (ZeRO-3's gathers), whichever is longer, the chain
+    stretched by the GPU's ``overlap_slowdown`` for as long as the stream runs
+    beside it; each chunk and direction counts its typical (median) step, so a
+    chunk that holds more (the last stage's head, the first's embedding) counts
+    in full; steps that reduce the gradients are left out of the steady state,
+    their excess counted once."""
+    typical: dict[tuple, list[float]] = {}
     exposed = 0.0
     for first, end, key in steps:
         chain = float(seconds[first:end][on_path[first:end]].sum())
         stream = float(seconds[first:end][data[first:end]].sum())
         chain += (slowdown - 1) * min(chain, stream)
-        forward, edge = key[0], key[2]
+        forward, chunk, edge = key[0], key[1], key[2]
         if edge and not forward:
             exposed += max(0.0, stream - chain)
-            typical[forward].append(chain)
+            typical.setdefault((forward, chunk), []).append(chain)
         else:
-            typical[forward].append(max(chain, stream))
-    step = sum(float(np.median(v)) for v in typical.values() if v)
+            typical.setdefault((forward, chunk), []).append(max(chain, stream))
+    step = sum(float(np.median(v)) for v in typical.values())
     return step, exposed
+
+
+def _cycle_messages(schedule: Schedule, p: int) -> float:
+    """Pipeline messages on the steady state's critical cycle, per chunk's forward
+    and backward. In 1F1B, micro-batch i's forward through every stage and its
+    backward back must end before stage 0 starts micro-batch i + p, while stage
+    0 itself runs p forwards and backwards: 2 (p - 1) messages per p
+    micro-batches. In interleaved 1F1B each chunk's output goes round the ring
+    of stages (the last stage sends to the first) while stage 0 runs the p
+    micro-batches of one chunk: a message per step each way. GPipe's forwards
+    and backwards stream without such a cycle."""
+    if p == 1 or schedule is Schedule.GPIPE:
+        return 0.0
+    return 2.0 if schedule is Schedule.INTERLEAVED else 2.0 * (p - 1) / p
 
 
 class Estimator:
@@ -117,11 +137,12 @@ class Estimator:
         peak_stage = max(stages, key=lambda s: per_stage[s][0])
         m = parallel.micro_batches(scenario.training)
         v = parallel.virtual_stages
-        first, last = per_stage[0][1], per_stage[stages[-1]][1]  # a chunk's F + B
-        step, p = max(first, last), parallel.pp
+        p, message = parallel.pp, per_stage[0][2]
+        first, last = per_stage[0][1] / v, per_stage[stages[-1]][1] / v  # a chunk's F + B
+        step = max(first, last) + _cycle_messages(parallel.schedule, p) * message
         comm = max(per_stage[s][3] for s in stages) * m / ctx.micro_batches
         # fill and drain pass every stage once (the middle ones like the first)
-        bubble = (p - 1) * first + last - step + 2 * (p - 1) * per_stage[0][2]
+        bubble = (p - 1) * first + last - step + 2 * (p - 1) * message
         tail = max(per_stage[s][4] for s in stages)
         return Estimate(per_stage[peak_stage][0], peak_stage, m * v * step + bubble + tail,
                         m * v * step, bubble, comm, per_stage[peak_stage][5])
@@ -137,7 +158,7 @@ class Estimator:
         peak, breakdown = peak_memory(static, events)
         rank = layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": stage})
         kernels = host_bound(ops, b.steps, self.model.durations(ops),
-                             scenario.training.host_launch)
+                             scenario.training.host_launch) * mean_factor(scenario.compute_jitter)
         peer = layout.rank({"tp": 0, "cp": 0, "dp": 0,
                             "pp": stage + 1 if stage + 1 < ctx.parallel.pp else stage - 1})
         seconds = np.array([self._op_seconds(op, rank, peer, groups) if op.kind is not
