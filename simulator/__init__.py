@@ -3,8 +3,10 @@
 ``simulator.run(scenario)`` simulates one iteration; ``scenario`` is a path to a
 YAML file, a dict in the scenario format, or a loaded ``Scenario``. It returns a
 ``RunResult`` with ``.summary``, ``.spans`` and ``.comms`` (pandas DataFrames)
-and ``.gantt(path)``. Imports are lazy so that ``simulator.base.ir`` and
-``simulator.base.units`` stay light for ``workloads`` and ``topologies``.
+and ``.gantt(path)``. ``simulator.search(path, space, out)`` runs a layout
+search (``clustersim search``) and returns its ranked DataFrame. Imports are
+lazy so that ``simulator.base.ir`` and ``simulator.base.units`` stay light for
+``workloads`` and ``topologies``.
 """
 
 from __future__ import annotations
@@ -28,3 +30,27 @@ def run(scenario: Any, overrides: tuple[str, ...] = ()):
         scenario = scenario_module.from_dict(
             scenario_module.apply_overrides(copy.deepcopy(scenario), overrides))
     return runner.run(scenario)
+
+
+def search(scenario: Any, space: dict | None = None, out: Any = None, top: int = 8,
+           workers: int = 1):
+    """Search the layouts of ``space`` (dimension -> values, as ``--space FILE``;
+    None: every valid layout) for the scenario at path ``scenario``: the ranked
+    DataFrame ``clustersim search`` writes to ``out/search.parquet`` (default
+    ``runs/NAME-search``), the top ``top`` layouts simulated."""
+    from pathlib import Path
+
+    from simulator.config.scenario import machine_from, model_from, read_raw, training_from
+    from simulator.experiments import layouts
+    from simulator.experiments import search as searching
+
+    if space is None:
+        base, folder = read_raw(scenario), Path(scenario).parent
+        machine = machine_from(base.get("cluster"), folder)
+        model = model_from(base.get("model"), folder)
+        training = training_from(base.get("training"), machine.gpu)
+        space = layouts.default_space(machine.gpus, model.layers, model.heads,
+                                      machine.gpus // max(1, machine.nodes),
+                                      training.global_batch)
+    out = Path(out) if out is not None else Path("runs") / f"{Path(scenario).stem}-search"
+    return searching.run_search(scenario, space, out, top, workers)[0]

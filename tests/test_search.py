@@ -212,3 +212,14 @@ def test_pipeline_messages_on_the_steady_state_cycle():
     assert _cycle_messages(Schedule.INTERLEAVED, 4) == 2.0
     assert _cycle_messages(Schedule.GPIPE, 4) == 0.0
     assert _cycle_messages(Schedule.ONE_F_ONE_B, 1) == 0.0
+
+
+def test_the_python_api_returns_the_ranked_table(tmp_path):
+    import simulator
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(BASE))
+    table = simulator.search(base, {"tp": [2, 4], "pp": [1, 2], "mbs": [1]}, tmp_path / "out",
+                             top=2)
+    assert list(table["rank"]) == list(range(1, len(table) + 1))
+    assert (table["status"] == "simulated").sum() == 2
+    assert (tmp_path / "out" / "search.parquet").exists()
