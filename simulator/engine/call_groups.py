@@ -14,9 +14,11 @@ are logged as one block of rows in group order. This is the case the
 other traffic some of the time (tensor parallelism of 2 or 4 beside data-
 parallel peers in one server), so the calls still run on the shared fabric.
 
-Only single-step lowerings are batched; a call whose lowering runs several
-steps, and a gang that does not hold every member of each group, go the
-reference way.
+Only groups inside one server with single-step lowerings are batched; a
+call whose lowering runs several steps, a group that spans servers (a batch
+joins every component any of its links touches, so the data-parallel rings
+of many servers are cheaper apart) and a gang that does not hold every
+member of each group go the reference way.
 
 Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
 (every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
@@ -87,7 +89,7 @@ class CallGroups(Gangs):
         held, own, plan = self._gang_groups(rank, op.group)
         whole = [tuple(self.program.groups[op.group][g]) for g in held]
         batch = None
-        if plan is not None and all(len(held[g]) == len(m)
+        if plan is not None and all(len(held[g]) == len(m) and self._one_server(m)
                                     for g, m in zip(held, whole, strict=True)):
             lowered = [self._lower(op.collective, [self.placement[r] for r in m], op.bytes)
                        for m in whole]
@@ -101,6 +103,14 @@ class CallGroups(Gangs):
                     parts=_by_latency(lowered))
         self._call_groups[key] = batch
         return batch
+
+    def _one_server(self, members: tuple[int, ...]) -> bool:
+        """Whether a group lies in one server. Only such groups are batched: a
+        batch shares its fate on the network (it runs alone only while all its
+        links are free, and joins every component any of them touches), so the
+        groups of a data-parallel dimension spread over many servers' NICs,
+        which pipeline messages cross here and there, are cheaper apart."""
+        return len({self.fabric.node_of(self.placement[r]) for r in members}) == 1
 
 
 def _by_latency(lowered: list) -> tuple[tuple[float, tuple[int, ...], list, tuple], ...]:
