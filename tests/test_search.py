@@ -223,3 +223,17 @@ def test_the_python_api_returns_the_ranked_table(tmp_path):
     assert list(table["rank"]) == list(range(1, len(table) + 1))
     assert (table["status"] == "simulated").sum() == 2
     assert (tmp_path / "out" / "search.parquet").exists()
+
+
+def test_the_search_simulates_on_dask_as_it_does_locally(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(BASE))
+    space = {"tp": [2, 4], "pp": [1, 2], "mbs": [1]}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        on_dask, _ = run_search(base, space, tmp_path / "dask", top=3,
+                                dask=cluster.scheduler_address)
+    local, _ = run_search(base, space, tmp_path / "local", top=3)
+    columns = ["layout", "status", "iteration_time_s", "peak_memory_gib"]
+    pd.testing.assert_frame_equal(on_dask[columns], local[columns])
