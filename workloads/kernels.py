@@ -82,12 +82,18 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
 
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
-                  dtype_bytes: int = 2) -> list[Kernel]:
-    """Forward kernels of one transformer layer on one rank, in execution order.
+                  dtype_bytes: int = 2, *, layer: int | None = None, ep: int = 1
+                  ) -> list[Kernel]:
+    """Forward kernels of one transformer layer on one rank, in execution order;
+    a MoE layer of ``model`` (``layer`` given) has its experts split over ``ep``
+    ranks (``moe_kernels``).
 
     Call with a ``Shard``, or with (micro_batch, seq, dtype_bytes) for one GPU.
     """
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    if model.is_moe_layer(layer):
+        dense = layer_kernels(model, sh)
+        return dense[:-4] + moe_kernels(model, sh, ep) + dense[-1:]
     t, h, f, e, tp = sh.tokens, model.hidden, model.ffn_hidden, sh.dtype_bytes, sh.tp
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
     norm_params = 2 * h if model.bias else h
@@ -105,6 +111,49 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
         gemm("fc2", t, h, f // tp, e, model.bias),
         elementwise("residual2", 2 * norm, norm, e),
     ]
+
+
+def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
+    """A MoE layer's MLP block on one rank (Megatron-Core's MoE layer with the
+    all-to-all dispatcher; Fedus et al. 2022, Jiang et al. 2024): the shared
+    experts (a dense MLP as wide as they are together, tensor-parallel like
+    the dense one), then the router GEMM over the experts and its top-k, the
+    permutation of each token's k copies by expert, the local experts' grouped
+    GEMMs, and the un-permutation that weights and sums the copies. The rank
+    routes its own tokens (sequence-parallel: 1/tp of them); with every expert
+    equally loaded its ``experts / ep`` local experts receive as many token
+    copies as it sends, ``tokens * top_k``. A grouped GEMM's shape is one
+    expert's, its FLOPs all of them. The all-to-alls around the experts are the
+    program's (``strategies.expert``)."""
+    h, e, k = model.hidden, sh.dtype_bytes, model.top_k
+    f = model.expert_ffn
+    up = 2 * f if model.mlp is Mlp.SWIGLU else f
+    local = model.experts // ep
+    n = sh.tokens // sh.norm_split  # tokens this rank routes
+    routed = n * k
+    per_expert = max(1, routed // local)
+    out: list[Kernel] = []
+    if model.shared_experts:
+        fs = model.shared_experts * f
+        ups = 2 * fs if model.mlp is Mlp.SWIGLU else fs
+        t, tp = sh.tokens, sh.tp
+        out += [gemm("shared_fc1", t, ups // tp, h, e, model.bias),
+                elementwise("shared_act", t * ups / tp, t * fs / tp, e),
+                gemm("shared_fc2", t, h, fs // tp, e, model.bias)]
+    out += [
+        gemm("router", n, model.experts, h, e, bias=False),
+        elementwise("topk", n * model.experts, 2 * routed, e),
+        elementwise("permute", n * h, routed * h, e),
+        Kernel("experts_fc1", KernelClass.GEMM, 2.0 * routed * up * h,
+               e * (routed * h + local * h * up + routed * up), (per_expert, up, h),
+               local * h * up),
+        elementwise("experts_act", routed * up, routed * f, e),
+        Kernel("experts_fc2", KernelClass.GEMM, 2.0 * routed * f * h,
+               e * (routed * f + local * f * h + routed * h), (per_expert, h, f),
+               local * f * h),
+        elementwise("unpermute", routed * h + routed, n * h, e),
+    ]
+    return out
 
 
 def attention_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
@@ -169,17 +218,24 @@ def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     ]
 
 
+def all_layer_kernels(model: ModelSpec, batch: int, seq: int) -> list[Kernel]:
+    """Every layer's kernels on one GPU (each kind of layer built once)."""
+    kinds = {moe: layer_kernels(model, batch, seq, 2, layer=layer) for layer, moe in
+             ((layer, model.is_moe_layer(layer)) for layer in range(model.layers))}
+    return [k for layer in range(model.layers) for k in kinds[model.is_moe_layer(layer)]]
+
+
 def parameter_count(model: ModelSpec, seq: int) -> int:
-    """Trainable parameters, from the kernels that own them."""
+    """Trainable parameters, from the kernels that own them (every expert)."""
     kernels = (embedding_kernels(model, 1, seq, 2) + head_kernels(model, 1, seq, 2)
-               + layer_kernels(model, 1, seq, 2) * model.layers)
+               + all_layer_kernels(model, 1, seq))
     return sum(k.params for k in kernels)
 
 
 def model_flops(model: ModelSpec, batch: int, seq: int) -> float:
-    """Model FLOPs of one iteration on ``batch`` sequences: 3x the forward matmuls."""
-    kernels = (layer_kernels(model, batch, seq, 2) * model.layers
-               + head_kernels(model, batch, seq, 2))
+    """Model FLOPs of one iteration on ``batch`` sequences: 3x the forward matmuls
+    (a MoE layer's: each token's ``top_k`` experts, its shared ones and the router)."""
+    kernels = all_layer_kernels(model, batch, seq) + head_kernels(model, batch, seq, 2)
     return 3.0 * sum(k.flops for k in kernels)
 
 

@@ -55,16 +55,23 @@ def model_state_bytes(params: float, zero: int = 0, shards: int = 1,
     }
 
 
+MLP_PER_SBH = 19.0  # of the 34: the dense MLP block's share (Korthikanti et al., Sec. 4.1)
+
+
 def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int,
                                tp: int = 1, sequence_parallel: bool = False,
-                               recompute: Recompute = Recompute.NONE) -> float:
-    """Activation bytes one layer keeps for its backward (Korthikanti et al. 2022)."""
+                               recompute: Recompute = Recompute.NONE,
+                               mlp_bytes: float | None = None) -> float:
+    """Activation bytes one layer keeps for its backward (Korthikanti et al. 2022);
+    ``mlp_bytes`` replaces the dense MLP block's share (a MoE layer's own)."""
     sbh = seq * micro_batch * hidden
     if recompute is Recompute.FULL:
         return 2.0 * sbh
     scores = 0.0 if recompute is Recompute.SELECTIVE else 5.0 * heads * seq / (hidden * tp)
     linear = 34.0 / tp if sequence_parallel else 10.0 + 24.0 / tp
-    return sbh * (linear + scores)
+    if mlp_bytes is None:
+        return sbh * (linear + scores)
+    return sbh * (linear - MLP_PER_SBH / tp + scores) + mlp_bytes
 
 
 def head_activation_bytes(seq: int, micro_batch: int, vocab: int, dtype_bytes: int) -> float:

@@ -14,11 +14,11 @@ aligned share: up to a multiple of 128 x tp (``padded_vocab``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
 
-from simulator.base.fields import boolean, integer, member, setting
+from simulator.base.fields import boolean, choice, integer, member, number, setting
 
 
 class Mlp(Enum):
@@ -41,6 +41,15 @@ class ModelSpec:
     mlp: Mlp = setting(member(Mlp), Mlp.GELU)
     tied_embeddings: bool = setting(boolean, True)
     learned_positions: bool = True  # GPT: learned position table; Llama: rotary
+    # Mixture of experts (Megatron-Core's MoE layer; 0 experts: a dense model)
+    experts: int = setting(integer(0), 0)  # routed experts in each MoE layer
+    top_k: int = setting(integer(1), 2)  # experts each token is routed to
+    expert_ffn_hidden: int | None = setting(integer(1), None)  # one expert's width
+    shared_experts: int = setting(integer(0), 0)  # experts every token also passes
+    moe_layer_freq: int = setting(integer(1), 1)  # layer i is MoE when i % freq == 0
+    first_dense_layers: int = setting(integer(0), 0)  # DeepSeek's first_k_dense_replace
+    capacity_factor: float | None = setting(number(0.01), None)  # None: dropless
+    router: str = setting(choice(["softmax", "sigmoid"]), "softmax")  # score function
 
     @property
     def head_dim(self) -> int:
@@ -49,6 +58,22 @@ class ModelSpec:
     @property
     def bias(self) -> bool:
         return self.mlp is Mlp.GELU
+
+    @property
+    def expert_ffn(self) -> int:
+        """One expert's hidden width (``ffn_hidden`` unless set)."""
+        return self.expert_ffn_hidden or self.ffn_hidden
+
+    def is_moe_layer(self, layer: int | None) -> bool:
+        """Whether transformer layer ``layer`` (0-based) has routed experts:
+        after the first dense layers, every ``moe_layer_freq``-th layer
+        (Megatron-Core's ``moe_layer_freq``).
+
+        >>> MODELS["deepseek-v3-like"].is_moe_layer(2), MODELS["deepseek-v3-like"].is_moe_layer(3)
+        (False, True)
+        """
+        return (self.experts > 0 and layer is not None and layer >= self.first_dense_layers
+                and layer % self.moe_layer_freq == 0)
 
 
 def gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -59,6 +84,15 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
           vocab: int) -> ModelSpec:
     return ModelSpec(name, layers, hidden, heads, kv_heads, ffn, vocab, Mlp.SWIGLU,
                      tied_embeddings=False, learned_positions=False)
+
+
+def moe(base: ModelSpec, experts: int, top_k: int, expert_ffn: int, shared: int = 0,
+        **keys) -> ModelSpec:
+    """A mixture-of-experts model: ``base``'s attention and dense layers, with
+    ``experts`` routed experts of width ``expert_ffn`` (top ``top_k``) and
+    ``shared`` shared experts in its MoE layers."""
+    return replace(base, experts=experts, top_k=top_k, expert_ffn_hidden=expert_ffn,
+                   shared_experts=shared, **keys)
 
 
 def megatron(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -105,6 +139,18 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             megatron("megatron-310.1b", 96, 16384, 128),
             megatron("megatron-529.6b", 105, 20480, 128),
             megatron("megatron-1t", 128, 25600, 160),
+            # Mixtral 8x7B and 8x22B (Jiang et al. 2024; config.json: 8 experts, top 2)
+            moe(llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000), 8, 2, 14336),
+            moe(llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768), 8, 2, 16384),
+            # Qwen1.5-MoE-A2.7B (config.json: 60 experts of 1408, top 4, one shared
+            # expert of 5632 = 4 x 1408)
+            moe(llama("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936), 60, 4, 1408, 4),
+            # DeepSeek-V3's shape (DeepSeek-AI 2024, config.json): 61 layers of 7168, the
+            # first 3 dense (ffn 18432), then 256 routed experts of 2048 (top 8, sigmoid
+            # router) and 1 shared; multi-head latent attention modelled as standard
+            # attention with its 128 heads
+            moe(llama("deepseek-v3-like", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
+                first_dense_layers=3, router="sigmoid"),
         )
     }
 )

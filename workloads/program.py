@@ -19,7 +19,7 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
-from simulator.base.ir import TP_STREAM, Collective, KernelClass, Phase, Program
+from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
 from workloads import kernels as K
 from workloads.layout import Layout, parse_order
 from workloads.memory import (
@@ -28,15 +28,15 @@ from workloads.memory import (
     communication_buffer_bytes,
     model_state_bytes,
 )
-from workloads.models import ModelSpec, padded_vocab
+from workloads.models import Mlp, ModelSpec, padded_vocab
 from workloads.schedules import Step, steps_for
 from workloads.stage import Context, LayoutError, Stage, kernel_cost, plan_kernels
-from workloads.strategies import context, data, pipeline, sharded, tensor
+from workloads.strategies import context, data, expert, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
 
 __all__ = ["LayoutError", "build_program", "check"]
 
-STRATEGIES = (tensor, context, data, pipeline, sharded)  # groups and checks, in this order
+STRATEGIES = (tensor, context, data, pipeline, sharded, expert)  # groups and checks, in order
 
 
 ADAM_BYTES_PER_PARAM = 28  # read fp32 master, m, v and the grad; write them and the weight
@@ -51,7 +51,9 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
     flops, bytes, collective)`` (``tensor.overlapped``)."""
     plan = []
     for item in sequence if forward else sequence[::-1]:
-        if isinstance(item, bool):
+        if isinstance(item, str):  # a MoE layer's token all-to-all (``expert.sequence``)
+            plan.append(("ep", item))
+        elif isinstance(item, bool):
             kind = tensor.block_comm(forward, item, shard.sequence_parallel)
             plan.append(("tp", kind if shard.tp > 1 else None))
         elif item.name == "attention":
@@ -68,7 +70,7 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
     kernel waits for, keyed by its plan position (``-1 - n`` in a backward)."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
-    plan = ctx.passes[forward]
+    plan = ctx.pass_plan(layer, forward)
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
     if gather is not None and sharded.copy_out(b, layer, phase, mb, gather):
         gather = None  # FSDP2's copy-out waited for it; the kernels wait for the copy
@@ -83,6 +85,10 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
         if what == "attention":
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
+        if what == "ep":
+            b.collective(expert.KIND, expert.all_to_all_bytes(ctx), EP_STREAM, "ep", phase,
+                         mb, layer, name=item[1])
+            continue
         kernel = item[1]
         if fetch is not None:
             extra = fetch(layer, n if forward else -1 - n) or extra
@@ -93,21 +99,54 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             i = b.compute(kernel, phase, mb, layer, item[2], item[3], mem=mem, extra=extra)
         extra = ()
         if record and kernel.params:
-            b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
+            grads = b.expert_grads if expert.is_expert_weight(kernel) else b.grads
+            grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
 
 
-def _layer_memory(ctx: Context) -> tuple[float, float]:
-    """(bytes kept between forward and backward, bytes while recomputing) per layer."""
+def _layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
+    """(bytes kept between forward and backward, bytes while recomputing) of a
+    layer (a MoE layer's MLP block its own: ``moe_mlp_bytes``)."""
     m, sh, t = ctx.model, ctx.shard, ctx.training
     stored_mode = t.recompute
     if stored_mode is Recompute.NONE and t.flash_attention:
         stored_mode = Recompute.SELECTIVE  # fused attention keeps no score matrix
+    mlp = moe_mlp_bytes(ctx) if m.is_moe_layer(layer) else None
     args = (ctx.training.seq_len // sh.cp, sh.micro_batch, m.hidden, m.heads, sh.tp,
             sh.sequence_parallel)
-    kept = activation_bytes_per_layer(*args, recompute=stored_mode)
+    kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp)
     if stored_mode is not Recompute.FULL:
         return kept, 0.0
-    return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE) - kept
+    return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
+                                            mlp_bytes=mlp) - kept
+
+
+def _memory_by_kind(ctx: Context) -> dict[bool, tuple[float, float]]:
+    """``_layer_memory`` of a dense layer (False) and, in a model with experts, of a
+    MoE layer (True)."""
+    out = {False: _layer_memory(ctx)}
+    if ctx.model.experts:
+        out[True] = _layer_memory(ctx, ctx.model.layers - 1 if ctx.model.is_moe_layer(
+            ctx.model.layers - 1) else ctx.model.first_dense_layers)
+    return out
+
+
+def moe_mlp_bytes(ctx: Context) -> float:
+    """Bytes a MoE layer's MLP block keeps for its backward on one rank, in place of
+    Korthikanti et al.'s 19 s b h / t of a dense MLP: each routed token copy's
+    expert input, first GEMM's output and activation output (2 bytes an
+    element, as the dense MLP's 2h + 2(4h) + 2(4h) + h per token, its dropout
+    mask aside), the router's fp32 probabilities, and the shared experts' MLP."""
+    m, sh = ctx.model, ctx.shard
+    f = m.expert_ffn
+    up = 2 * f if m.mlp is Mlp.SWIGLU else f
+    routed = sh.tokens // sh.norm_split * m.top_k
+    out = sh.dtype_bytes * routed * (m.hidden + up + f) + 4.0 * sh.tokens // sh.norm_split \
+        * m.experts
+    if m.shared_experts:
+        fs = m.shared_experts * f
+        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
+        out += sh.dtype_bytes * sh.tokens * (m.hidden / sh.norm_split + (ups + fs) / sh.tp)
+    return out
 
 
 def _trace(ctx: Context, layers: list[int], forward: bool) -> list[tuple[int, int, object]]:
@@ -155,7 +194,7 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
     early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
-    kept, transient = _layer_memory(ctx)
+    memory = _memory_by_kind(ctx)
     order = list(layers) if forward else list(layers)[::-1]
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     free = sharded.freed(ctx, ctx.layer_params) if zero3 and (
@@ -163,6 +202,7 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     pending = sharded.gather(b, order[0], phase, mb, b.last_compute) if (
         zero3 and regather and order) else None
     for n, layer in enumerate(order):
+        kept, transient = memory[ctx.model.is_moe_layer(layer)]
         nxt = order[n + 1] if n + 1 < len(order) else (then[0] if then else None)
         unit = then[1] if then and n + 1 == len(order) else None
         ahead = zero3 and (regather or unit is not None) and nxt is not None
@@ -310,29 +350,37 @@ def _fetcher(b: Stage, forward: bool, mb: int) -> sharded.TensorFetcher | None:
 
 
 def _stage_params(ctx: Context, stage: int) -> int:
-    """Parameters one rank of ``stage`` holds (tensor-parallel shard)."""
+    """Parameters one rank of ``stage`` holds (tensor-parallel shard; its local
+    experts included)."""
+    return sum(_stage_param_split(ctx, stage))
+
+
+def _stage_param_split(ctx: Context, stage: int) -> tuple[int, int]:
+    """(dense, expert) parameters one rank of ``stage`` holds."""
     p = ctx.parallel.pp
     owned = [k for k in range(len(ctx.chunks)) if k % p == stage]
-    total = sum(len(ctx.chunks[k]) for k in owned) * ctx.layer_params
+    split = [ctx.params_of(layer) for k in owned for layer in ctx.chunks[k]]
+    total, experts = sum(d for d, _ in split), sum(e for _, e in split)
     if 0 in owned:
         total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
     if ctx.last_virtual in owned:
         total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
                                                        owns_logits=ctx.owns_logits))
-    return total
+    return total, experts
 
 
 def _finish_stage(b: Stage) -> None:
     """Tied-embedding sync, optimizer step and ZeRO 1/2 parameter all-gather."""
     ctx = b.ctx
     pipeline.tied_embedding_sync(b)
-    params = _stage_params(ctx, b.stage)
     zero = ctx.parallel.zero_stage
-    optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
-                         ADAM_BYTES_PER_PARAM * params / (ctx.shards if zero >= 1 else 1))
+    dense, experts = _stage_param_split(ctx, b.stage)
+    edp = expert.expert_data_parallel(ctx.parallel)
+    optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0, ADAM_BYTES_PER_PARAM * (
+        dense / (ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)))
     b.ready = list(b.reduces)
     b.compute(optimizer, Phase.OPTIMIZER, -1, -1, 0.0, optimizer.bytes)
-    data.gather_updated_parameters(b, params)
+    data.gather_updated_parameters(b, dense, experts)
 
 
 def build_stage(ctx: Context, stage: int) -> Stage:
@@ -375,23 +423,36 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention)
     sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
+    moe = {}
+    if model.experts:
+        first = next(n for n in range(model.layers) if model.is_moe_layer(n))
+        layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
+            model, shard, layer=first, ep=parallel.ep)))
+        moe = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
+               for f in (True, False)}
     return Context(model, training, parallel, shard, vocab,
                    pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                  parallel.virtual_stages, parallel.stage_layers),
                    parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
                    {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
                     for f in (True, False)},
-                   parallel.gradient_plan(training))
+                   parallel.gradient_plan(training), moe)
 
 
 def static_memory(ctx: Context, stage: int) -> dict[str, float]:
     """Bytes a rank of ``stage`` holds all iteration: model states and NCCL's buffers."""
     parallel = ctx.parallel
-    communicators = sum(1 for size in (parallel.tp, parallel.cp, parallel.dp * parallel.cp,
-                                        parallel.pp) if size > 1)
-    return {**model_state_bytes(_stage_params(ctx, stage), parallel.zero_stage, ctx.shards,
-                                ctx.plan.reduce_bytes),
-            "communication_buffers": communication_buffer_bytes(communicators)}
+    edp = expert.expert_data_parallel(parallel)
+    sizes = (parallel.tp, parallel.cp, parallel.dp * parallel.cp, parallel.pp) + (
+        (parallel.ep, edp) if ctx.model.experts else ())
+    communicators = sum(1 for size in sizes if size > 1)
+    dense, experts = _stage_param_split(ctx, stage)
+    states = model_state_bytes(dense, parallel.zero_stage, ctx.shards, ctx.plan.reduce_bytes)
+    if experts:  # the distributed optimizer shards expert states over their replicas
+        for key, value in model_state_bytes(experts, parallel.zero_stage, edp,
+                                            ctx.plan.reduce_bytes).items():
+            states[key] += value
+    return {**states, "communication_buffers": communication_buffer_bytes(communicators)}
 
 
 def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Program:
@@ -425,8 +486,7 @@ def _hardware_flops(ctx: Context) -> float:
     b = ctx.training.global_batch
     flops = K.model_flops(ctx.model, b, ctx.training.seq_len)
     if ctx.training.recompute is Recompute.FULL:
-        layers = K.layer_kernels(ctx.model, ctx.training.micro_batch, ctx.training.seq_len)
-        per_mb = sum(k.flops for k in layers) * ctx.model.layers
-        flops += per_mb * b / ctx.training.micro_batch
+        layers = K.all_layer_kernels(ctx.model, ctx.training.micro_batch, ctx.training.seq_len)
+        flops += sum(k.flops for k in layers) * b / ctx.training.micro_batch
     return flops
 

@@ -39,6 +39,24 @@ class Context:
     shards: int  # ZeRO/FSDP shard count
     passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
     plan: GradientPlan  # gradient precision, buckets, parameter-gather overlap
+    moe_passes: dict = field(default_factory=dict)  # the same for a MoE layer
+
+    def pass_plan(self, layer: int, forward: bool) -> tuple:
+        """The pass plan of ``layer``: a MoE layer's or the dense one."""
+        return self.moe_passes[forward] if self.model.is_moe_layer(layer) else \
+            self.passes[forward]
+
+    def params_of(self, layer: int) -> tuple[int, int]:
+        """(dense, expert) parameters of ``layer`` on one rank."""
+        return self.moe_params if self.model.is_moe_layer(layer) else (self.layer_params, 0)
+
+    @cached_property
+    def moe_params(self) -> tuple[int, int]:
+        """(dense, expert) parameters of a MoE layer on one rank (its local experts)."""
+        first = next(n for n in range(self.model.layers) if self.model.is_moe_layer(n))
+        kernels = K.layer_kernels(self.model, self.shard, layer=first, ep=self.parallel.ep)
+        expert = sum(k.params for k in kernels if k.name.startswith("experts_"))
+        return sum(k.params for k in kernels) - expert, expert
 
     @property
     def last_virtual(self) -> int:
@@ -76,6 +94,7 @@ class Stage:
     reduces: list[int] = field(default_factory=list)
     # layer -> the overlapped parameter all-gather its first forward waits for
     param_ready: dict[int, int] = field(default_factory=dict)
+    expert_grads: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # over edp
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
     coordinator: object | None = None  # DeepSpeed ZeRO-3's (sharded.Coordinator), made once
 

@@ -134,6 +134,11 @@ class ParallelSpec:
     # Transformer Engine's userbuffers: all-gathers and reduce-scatters split and
     # pipelined with the GEMMs beside them (Megatron-Core --tp-comm-overlap)
     tp_comm_overlap: bool = setting(boolean, False)
+    # expert parallelism (Megatron-Core): a MoE layer's experts split over ep ranks,
+    # carved with etp out of the tp x cp x dp ranks of a stage (the rest: expert
+    # data parallelism, over which expert gradients are reduced)
+    ep: int = setting(integer(1), 1)
+    etp: int = setting(integer(1), 1)
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage

@@ -24,7 +24,8 @@ from typing import NamedTuple
 # dimension, named after it (its collectives' groups carry the same name).
 COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
-COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM)  # Gantt lanes, in order
+EP_STREAM = "ep"  # expert parallelism's token all-to-alls
+COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM)  # Gantt lanes
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
 # transfers, not NCCL kernels, so they take no SMs from compute.

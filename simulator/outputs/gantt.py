@@ -45,6 +45,7 @@ CATEGORIES = {  # label -> colour, in legend order
     "optimizer": "#009E73",
     "TP communication": "#E69F00",
     "CP communication": "#000000",
+    "EP communication": "#44AA99",  # Paul Tol's teal: Okabe-Ito's eight are taken
     "DP communication": "#F0E442",
     "PP communication": "#CC79A7",
     "waiting for peers": "#D55E00",

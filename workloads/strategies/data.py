@@ -42,20 +42,36 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
 
 def bucket_reduces(b: Stage, chunk: int) -> None:
     """Bucketed all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2, DeepSpeed ZeRO-3) of
-    a chunk's gradients: the last micro-batch's, or each one's with DeepSpeed ZeRO-2/3."""
+    a chunk's gradients: the last micro-batch's, or each one's with DeepSpeed ZeRO-2/3;
+    experts' gradients in buckets of their own over their replicas (``edp``), as
+    Megatron-Core keeps a separate buffer for them."""
     ctx = b.ctx
     grads = [g for layer in sorted(b.grads, reverse=True) for g in b.grads[layer]]
-    b.grads = {}
-    if (ctx.parallel.zero_stage >= 3 and ctx.parallel.deepspeed_zero3 is None) or \
-            ctx.parallel.dp * ctx.shard.cp == 1:
+    experts = [g for layer in sorted(b.expert_grads, reverse=True)
+               for g in b.expert_grads[layer]]
+    b.grads, b.expert_grads = {}, {}
+    if ctx.parallel.zero_stage >= 3 and ctx.parallel.deepspeed_zero3 is None:
         return  # FSDP-style ZeRO-3 reduces layer by layer (sharded.reduce_layer)
-    grads.sort()
+    if ctx.parallel.dp * ctx.shard.cp > 1:
+        _reduce(b, chunk, sorted(grads), ctx.dp_group, "")
+    if experts and expert_replicas(ctx) > 1:
+        _reduce(b, chunk, sorted(experts), "edp", "experts ")
+
+
+def _reduce(b: Stage, chunk: int, grads: list, group: str, label: str) -> None:
+    ctx = b.ctx
     kind = Collective.ALL_REDUCE if ctx.parallel.zero_stage == 0 else Collective.REDUCE_SCATTER
     for n, bucket in enumerate(make_buckets(grads, bucket_cap(ctx, chunk))):
         ready = bucket.ready_after if ctx.parallel.overlap_grad_reduce else b.last_compute
-        b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, ctx.dp_group,
+        b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, group,
                                       Phase.BACKWARD, -1, -1, deps=(ready,), blocking=False,
-                                      name=f"{kind.value}[{chunk}.{n}]"))
+                                      name=f"{label}{kind.value}[{chunk}.{n}]"))
+
+
+def expert_replicas(ctx: Context) -> int:
+    """The ``edp`` group's size (tp x cp x dp / (etp x ep))."""
+    p = ctx.parallel
+    return p.tp * p.cp * p.dp // (p.etp * p.ep)
 
 
 def bucket_cap(ctx: Context, chunk: int) -> float:
@@ -78,17 +94,26 @@ def chunk_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
     """(layer, parameters) of virtual stage ``k``'s tensors in the order their
     gradients become ready (the order buckets are packed in): the head's, each
     layer's from last to first, the embedding's; -1 is the embedding, ``layers``
-    the head, as in the program's ops."""
+    the head, as in the program's ops. Experts' tensors are not among them
+    (``expert_tensors``)."""
     m, tensors = ctx.model, []
     if k == ctx.last_virtual:
         head = K.head_kernels(m, ctx.shard, vocab=ctx.vocab, owns_logits=ctx.owns_logits)
         tensors += [(m.layers, kernel.params) for kernel in head[::-1] if kernel.params]
-    backward = [kernel.params for _, kernel in plan_kernels(ctx.passes[False]) if kernel.params]
     for layer in reversed(ctx.chunks[k]):
-        tensors += [(layer, params) for params in backward]
+        tensors += [(layer, kernel.params) for _, kernel in
+                    plan_kernels(ctx.pass_plan(layer, False))
+                    if kernel.params and not kernel.name.startswith("experts_")]
     if k == 0:
         tensors.append((-1, K.embedding_kernels(m, ctx.shard, vocab=ctx.vocab)[0].params))
     return tensors
+
+
+def expert_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
+    """(layer, parameters) of virtual stage ``k``'s expert tensors, in gradient order."""
+    return [(layer, kernel.params) for layer in reversed(ctx.chunks[k])
+            for _, kernel in plan_kernels(ctx.pass_plan(layer, False))
+            if kernel.params and kernel.name.startswith("experts_")]
 
 
 def gather_parameters_ahead(b: Stage) -> None:
@@ -99,30 +124,50 @@ def gather_parameters_ahead(b: Stage) -> None:
     (``Stage.param_ready``)."""
     ctx, p = b.ctx, b.ctx.parallel.pp
     for chunk in range(ctx.parallel.virtual_stages):
-        tensors = chunk_tensors(ctx, chunk * p + b.stage)
-        buckets = make_buckets([(i, ctx.plan.reduce_bytes * n) for i, (_, n) in
-                                enumerate(tensors)], bucket_cap(ctx, chunk))
-        ends = [bucket.ready_after for bucket in buckets]
-        for n in range(len(buckets) - 1, -1, -1):
-            first = ends[n - 1] + 1 if n else 0
-            held = tensors[first:ends[n] + 1]
-            i = b.collective(Collective.ALL_GATHER, PARAM_BYTES * sum(c for _, c in held),
-                             DP_STREAM, ctx.dp_group, Phase.FORWARD, 0, -1, deps=(),
-                             blocking=False, name=f"param_all_gather[{chunk}.{n}]")
-            for layer, _ in held:
-                b.param_ready[layer] = i
+        k = chunk * p + b.stage
+        ready = _gather_ahead(b, chunk, chunk_tensors(ctx, k), ctx.dp_group, "")
+        if expert_replicas(ctx) > 1:  # a MoE layer's first forward waits for both
+            for layer, i in _gather_ahead(b, chunk, expert_tensors(ctx, k), "edp",
+                                          "experts ").items():
+                ready[layer] = i if layer not in ready else max(ready[layer], i)
+        b.param_ready.update(ready)
 
 
-def gather_updated_parameters(b: Stage, params: int) -> None:
+def _gather_ahead(b: Stage, chunk: int, tensors: list, group: str, label: str
+                  ) -> dict[int, int]:
+    """The parameter all-gathers of ``tensors`` over ``group``, buckets in forward
+    order; layer -> the last-issued gather holding its parameters."""
+    ctx, ready = b.ctx, {}
+    buckets = make_buckets([(i, ctx.plan.reduce_bytes * n) for i, (_, n) in
+                            enumerate(tensors)], bucket_cap(ctx, chunk))
+    ends = [bucket.ready_after for bucket in buckets]
+    for n in range(len(buckets) - 1, -1, -1):
+        first = ends[n - 1] + 1 if n else 0
+        held = tensors[first:ends[n] + 1]
+        i = b.collective(Collective.ALL_GATHER, PARAM_BYTES * sum(c for _, c in held),
+                         DP_STREAM, group, Phase.FORWARD, 0, -1, deps=(),
+                         blocking=False, name=f"{label}param_all_gather[{chunk}.{n}]")
+        for layer, _ in held:
+            ready[layer] = i
+    return ready
+
+
+def gather_updated_parameters(b: Stage, params: int, experts: int = 0) -> None:
     """ZeRO 1/2 without ``overlap_param_gather``: all-gather the updated
-    parameter shards after the optimizer step, in buckets of the gradient cap."""
+    parameter shards after the optimizer step, in buckets of the gradient cap
+    (experts' over their replicas)."""
     ctx = b.ctx
-    if gathers_parameters(ctx) and not ctx.plan.overlap_param_gather:
-        cap = ctx.plan.bucket_bytes * PARAM_BYTES / ctx.plan.reduce_bytes
-        for n, size in enumerate(split_bytes(PARAM_BYTES * params, cap)):
-            b.collective(Collective.ALL_GATHER, size, DP_STREAM, ctx.dp_group, Phase.OPTIMIZER,
+    if ctx.plan.overlap_param_gather or ctx.parallel.zero_stage not in (1, 2):
+        return
+    cap = ctx.plan.bucket_bytes * PARAM_BYTES / ctx.plan.reduce_bytes
+    for count, group, label, size in ((params, ctx.dp_group, "", ctx.shards),
+                                      (experts, "edp", "experts ", expert_replicas(ctx))):
+        if count == 0 or size <= 1:
+            continue
+        for n, part in enumerate(split_bytes(PARAM_BYTES * count, cap)):
+            b.collective(Collective.ALL_GATHER, part, DP_STREAM, group, Phase.OPTIMIZER,
                          -1, -1, deps=(b.last_compute,), blocking=False,
-                         name=f"param_all_gather[{n}]")
+                         name=f"{label}param_all_gather[{n}]")
 
 
 def split_bytes(total: float, bucket: float) -> list[float]:

@@ -1,0 +1,141 @@
+"""Mixture of experts: presets against their published sizes, FLOPs against the
+closed form, the expert-parallel groups, the layout checks, and MoE layers end
+to end (token all-to-alls, expert gradients over their replicas, memory, the
+symmetry-reduced run equal to a full simulation)."""
+
+import pytest
+
+from simulator import run
+from simulator.base.fields import ScenarioError
+from simulator.config.scenario import from_dict
+from tests.test_symmetry import assert_same_run
+from workloads import kernels as K
+from workloads.layout import Layout
+from workloads.models import MODELS
+from workloads.program import build_program, make_context, static_memory
+from workloads.strategies import expert
+
+MOE = {"layers": 4, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 512,
+       "vocab": 1024, "mlp": "swiglu", "tied_embeddings": False, "experts": 8, "top_k": 2,
+       "expert_ffn_hidden": 128}
+
+
+def scenario(**parallelism) -> dict:
+    return {"name": "moe-tiny", "seed": 0,
+            "cluster": {"preset": "dgx-h100", "nodes": 2},
+            "model": dict(MOE), "training": {"seq_len": 128, "global_batch": 32,
+                                             "micro_batch": 1},
+            "parallelism": {"tp": 1, "pp": 1, "ep": 4, **parallelism}}
+
+
+@pytest.mark.parametrize(("name", "published"), [
+    ("mixtral-8x7b", 46.7e9),  # Jiang et al. 2024: 47B (46.7B) total
+    ("mixtral-8x22b", 141e9),  # Mistral AI: 141B total
+    ("qwen1.5-moe-a2.7b", 14.3e9),  # Qwen team: 14.3B total
+    ("deepseek-v3-like", 671e9),  # DeepSeek-AI 2024: 671B total (MLA as MHA here)
+])
+def test_presets_have_their_published_parameter_counts(name, published):
+    assert K.parameter_count(MODELS[name], 4096) == pytest.approx(published, rel=0.01)
+
+
+def test_moe_flops_count_each_tokens_top_k_experts():
+    """Mixtral 8x7B: 6 FLOPs per token per active matmul parameter (attention,
+    router, two of eight experts, logits) plus the attention scores, 12 s h per
+    layer per token."""
+    m, s = MODELS["mixtral-8x7b"], 4096
+    attention = m.hidden * (m.hidden + 2 * m.kv_heads * m.head_dim) + m.hidden * m.hidden
+    experts = m.top_k * 3 * m.hidden * m.expert_ffn
+    active = m.layers * (attention + experts + m.hidden * m.experts) + m.vocab * m.hidden
+    expected = 6 * s * active + 12 * s * s * m.hidden * m.layers
+    assert K.model_flops(m, 1, s) == pytest.approx(expected, rel=1e-12)
+
+
+def test_expert_groups_partition_a_stages_ranks():
+    """tp 2 x dp 8, ep 4: each expert-parallel group is 4 consecutive ranks of the
+    stage (Megatron-Core's order with etp 1), each expert-data-parallel group the
+    4 ranks holding the same experts; together they cover every rank once."""
+    raw = scenario(tp=2, dp=8, sequence_parallel=True, ep=4)
+    raw["cluster"]["nodes"] = 2
+    s = from_dict(raw)
+    ctx = make_context(s.model, s.training, s.parallel)
+    groups = expert.groups(ctx, Layout({"tp": 2, "cp": 1, "dp": 8, "pp": 1}))
+    assert groups["ep"][:2] == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert groups["edp"][0] == (0, 4, 8, 12)
+    for dim in ("ep", "edp"):
+        members = sorted(r for g in groups[dim] for r in g)
+        assert members == list(range(16)) and all(len(g) == 4 for g in groups[dim])
+    assert expert.expert_data_parallel(s.parallel) == 4
+
+
+@pytest.mark.parametrize(("parallelism", "model", "match"), [
+    (dict(ep=3, dp=16), {}, r"model.experts \(8\) must be divisible by parallelism.ep \(3\)"),
+    (dict(tp=2, dp=8, ep=2), {}, "parallelism.sequence_parallel must be true"),
+    (dict(etp=2, dp=16), {}, "parallelism.etp: 2 is not modelled yet"),
+    (dict(ep=2, dp=16), {"experts": 0}, r"parallelism.ep \(2\) and etp \(1\) need a model"),
+    (dict(ep=4, dp=16, zero=3), {}, "parallelism.zero 3 and fsdp are not modelled"),
+    (dict(ep=4, dp=16), {"top_k": 9}, r"model.top_k \(9\) must be at most"),
+])
+def test_bad_expert_layouts_name_the_key(parallelism, model, match):
+    raw = scenario(**parallelism)
+    raw["model"].update(model)
+    with pytest.raises(ScenarioError, match=match):
+        from_dict(raw)
+
+
+def test_a_moe_layer_exchanges_tokens_and_reduces_experts_over_their_replicas():
+    result = run(scenario(dp=16, ep=4, zero=1))
+    comms = result.comms
+    a2a = comms[comms["group"] == "ep"]
+    # every rank routes its 128 tokens' 2 copies of 256 bf16 elements, both ways
+    assert set(a2a["bytes"]) == {128 * 2 * 256 * 2}
+    assert set(a2a["collective"]) == {"all_to_all"}
+    micro = 32 // 16
+    assert len(a2a) == 4 * micro * 2 * 2 * 4  # layers x micro-batches x 2 calls x F/B x groups
+    edp = comms[comms["group"] == "edp"]
+    local_experts = 8 // 4 * 3 * 256 * 128  # per layer: 2 local experts of 3 matrices
+    # 4 layers x 4 replica groups: fp32 gradients reduce-scattered (Megatron's default
+    # with bf16), then bf16 parameters all-gathered
+    assert edp["bytes"].sum() == pytest.approx(4 * 4 * local_experts * (4 + 2), rel=1e-9)
+
+
+def test_expert_states_are_sharded_over_their_replicas():
+    s = from_dict(scenario(dp=16, ep=4, zero=1))
+    ctx = make_context(s.model, s.training, s.parallel)
+    states = static_memory(ctx, 0)
+    experts = 4 * 2 * 3 * 256 * 128  # 4 layers of 2 local experts
+    everything = K.parameter_count(s.model, 128)
+    dense = everything - 4 * 8 * 3 * 256 * 128
+    assert states["parameters"] == pytest.approx(2 * (dense + experts))
+    assert states["optimizer_states"] == pytest.approx(12 * (dense / 16 + experts / 4))
+
+
+def test_the_moe_layers_activations_replace_the_dense_mlps():
+    """One MoE layer keeps the attention block's 15 s b h (of Korthikanti's 34) plus
+    its routed copies' expert inputs, GEMM outputs and activations, and the router's
+    fp32 probabilities."""
+    s = from_dict(scenario(dp=16, ep=4))
+    ctx = make_context(s.model, s.training, s.parallel)
+    from workloads.program import _layer_memory
+    t, h, f = 128, 256, 128
+    expected = t * h * 15 + 2 * t * 2 * (h + 2 * f + f) + 4 * t * 8
+    assert _layer_memory(ctx, 0)[0] == pytest.approx(expected + 0.0)
+
+
+@pytest.mark.parametrize("parallelism", [dict(dp=16, ep=4, zero=1),
+                                         dict(tp=2, dp=4, pp=2, ep=8, sequence_parallel=True),
+                                         dict(dp=8, pp=2, ep=2, schedule="interleaved",
+                                              virtual_stages=2)])
+def test_moe_runs_by_symmetry_equal_a_full_simulation(parallelism):
+    raw = scenario(**parallelism)
+    fast = run(raw)
+    assert fast.summary["simulation_exact"]
+    assert_same_run(fast, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+def test_a_dense_model_keeps_its_program():
+    """No expert keys: the same ops as before experts existed (no ep group)."""
+    raw = scenario(dp=16, ep=1)
+    raw["model"]["experts"] = 0
+    s = from_dict(raw)
+    program = build_program(s.model, s.training, s.parallel)
+    assert "ep" not in program.groups and "edp" not in program.groups

@@ -1,0 +1,119 @@
+"""Expert parallelism (Megatron-Core's MoE, Shazeer et al. 2017; Lepikhin et al.
+2021, GShard): its groups, its layout checks, and the token all-to-alls of a
+MoE layer.
+
+A MoE layer's experts are split over ``ep`` ranks. Megatron-Core carves the
+expert layout out of a stage's tp x cp x dp ranks, in the same rank order with
+``etp`` (expert tensor parallelism) in tensor parallelism's place: a rank's
+index among its stage's ranks, ``i = tp_i + tp (cp_i + cp dp_i)`` (the
+default order), gives its expert-parallel rank ``(i // etp) % ep`` and its
+expert-data-parallel rank ``i // (etp ep)``. The ``ep`` group holds the ranks
+that exchange tokens; the ``edp`` group (tp x cp x dp / (etp x ep) ranks) the
+replicas of one set of experts, over which their gradients are reduced (the
+dense parameters still over ``dp``).
+
+In a MoE layer each rank routes its own tokens (sequence-parallel: 1/tp of
+them, as Megatron-Core requires sequence parallelism with tensor
+parallelism), sends each token's ``top_k`` copies to the ranks holding their
+experts (all-to-all *dispatch*), runs its local experts, and sends the results
+back (all-to-all *combine*); the backward mirrors both. The all-to-alls run on
+the ``ep`` stream and block the kernels after them. Every expert is equally
+loaded here, so each all-to-all moves ``tokens x top_k x hidden`` elements per
+rank.
+"""
+
+from __future__ import annotations
+
+from simulator.base.ir import Collective
+from workloads import kernels as K
+from workloads.layout import Layout
+from workloads.models import ModelSpec
+from workloads.stage import Context, LayoutError
+from workloads.training import ParallelSpec, TrainingSpec
+
+DISPATCH, COMBINE = "dispatch", "combine"  # markers in a MoE layer's kernel sequence
+
+
+def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
+    """Experts split evenly over the expert-parallel ranks, which a stage's ranks hold."""
+    ep, etp = parallel.ep, parallel.etp
+    if model.experts == 0:
+        if ep > 1 or etp > 1:
+            raise LayoutError(f"parallelism.ep ({ep}) and etp ({etp}) need a model with "
+                              "experts (model.experts > 0)")
+        return
+    if model.top_k > model.experts:
+        raise LayoutError(f"model.top_k ({model.top_k}) must be at most model.experts "
+                          f"({model.experts})")
+    if model.experts % ep:
+        raise LayoutError(f"model.experts ({model.experts}) must be divisible by "
+                          f"parallelism.ep ({ep})")
+    if etp != 1:
+        raise LayoutError(f"parallelism.etp: {etp} is not modelled yet; allowed: 1 (each "
+                          "expert whole on one rank, Megatron-Core's usual MoE layout)")
+    ranks = parallel.tp * parallel.cp * parallel.dp
+    if ranks % (etp * ep):
+        raise LayoutError(f"parallelism.ep ({ep}) x etp ({etp}) must divide a stage's "
+                          f"tp x cp x dp = {ranks} ranks")
+    if parallel.tp > 1 and not parallel.sequence_parallel:
+        raise LayoutError("parallelism.sequence_parallel must be true with tp > 1 in a model "
+                          "with experts (Megatron-Core requires it for MoE layers)")
+    if parallel.zero_stage >= 3 or parallel.fsdp is not None:
+        raise LayoutError("parallelism.zero 3 and fsdp are not modelled with experts yet; "
+                          "allowed: zero 0, 1 or 2 (Megatron-Core's distributed optimizer)")
+    if parallel.deepspeed_zero3 is not None or parallel.framework.value != "megatron":
+        raise LayoutError(f"parallelism.framework: {parallel.framework.value!r} with experts "
+                          "is not modelled yet; allowed: megatron")
+
+
+def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """The ``ep`` and ``edp`` groups of a model with experts (none without)."""
+    if ctx.model.experts == 0:
+        return {}
+    parallel = ctx.parallel
+    etp, ep = parallel.etp, parallel.ep
+    inner = [d for d in layout.order if d != "pp"]
+    ep_groups: dict[tuple, list[int]] = {}
+    edp_groups: dict[tuple, list[int]] = {}
+    for rank in range(layout.world):
+        coords = layout.coords(rank)
+        index = 0
+        for d in reversed(inner):
+            index = index * layout.sizes[d] + coords[d]
+        e_tp, e_p, e_dp = index % etp, (index // etp) % ep, index // (etp * ep)
+        ep_groups.setdefault((coords["pp"], e_tp, e_dp), []).append(rank)
+        edp_groups.setdefault((coords["pp"], e_tp, e_p), []).append(rank)
+    return {"ep": tuple(sorted(tuple(sorted(g)) for g in ep_groups.values())),
+            "edp": tuple(sorted(tuple(sorted(g)) for g in edp_groups.values()))}
+
+
+def expert_data_parallel(parallel: ParallelSpec) -> int:
+    """Replicas of one rank's experts: the ``edp`` group's size."""
+    return parallel.tp * parallel.cp * parallel.dp // (parallel.etp * parallel.ep)
+
+
+def sequence(kernels: list) -> list:
+    """A MoE layer's sequence with the all-to-alls: dispatch before the experts'
+    first GEMM, combine after their last."""
+    out: list = []
+    for kernel in kernels:
+        if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc1":
+            out.append(DISPATCH)
+        out.append(kernel)
+        if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc2":
+            out.append(COMBINE)
+    return out
+
+
+def all_to_all_bytes(ctx: Context) -> float:
+    """Bytes one rank's dispatch (or combine) sends: its tokens' routed copies."""
+    sh, m = ctx.shard, ctx.model
+    return sh.tokens // sh.norm_split * m.top_k * m.hidden * sh.dtype_bytes
+
+
+def is_expert_weight(kernel: K.Kernel) -> bool:
+    """Kernels whose weights are experts' (reduced over ``edp``, not ``dp``)."""
+    return kernel.name.startswith("experts_")
+
+
+KIND = Collective.ALL_TO_ALL
