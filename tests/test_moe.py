@@ -3,6 +3,8 @@ closed form, the expert-parallel groups, the layout checks, and MoE layers end
 to end (token all-to-alls, expert gradients over their replicas, memory, the
 symmetry-reduced run equal to a full simulation)."""
 
+from dataclasses import replace
+
 import pytest
 
 from simulator import run
@@ -17,7 +19,7 @@ from workloads.strategies import expert
 
 MOE = {"layers": 4, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 512,
        "vocab": 1024, "mlp": "swiglu", "tied_embeddings": False, "experts": 8, "top_k": 2,
-       "expert_ffn_hidden": 128}
+       "expert_ffn_hidden": 128, "routing": "balanced"}
 
 
 def scenario(**parallelism) -> dict:
@@ -139,3 +141,39 @@ def test_a_dense_model_keeps_its_program():
     s = from_dict(raw)
     program = build_program(s.model, s.training, s.parallel)
     assert "ep" not in program.groups and "edp" not in program.groups
+
+
+def test_routing_draws_are_seeded_and_skew_raises_the_imbalance():
+    from workloads.models import ModelSpec
+    from workloads.routing import draw
+    base = ModelSpec("m", 4, 256, 4, 4, 512, 1024, experts=64, top_k=8)
+    uniform = draw(base, 8, 4096 * 8, 16, seed=3)
+    again, other = draw(base, 8, 4096 * 8, 16, seed=3), draw(base, 8, 4096 * 8, 16, seed=4)
+    assert all((a == b).all() for a, b in zip(uniform.scale.values(), again.scale.values(),
+                                              strict=True))
+    assert any((a != b).any() for a, b in zip(uniform.scale.values(), other.scale.values(),
+                                              strict=True))
+    skewed = draw(replace(base, routing="zipf", routing_skew=1.2), 8, 4096 * 8, 16, seed=3)
+    assert 1.0 < uniform.imbalance < 1.05 < skewed.imbalance
+    assert skewed.expert_imbalance > skewed.imbalance  # ranks average several experts
+    balanced = draw(replace(base, routing="balanced"), 8, 4096 * 8, 16, seed=3)
+    assert balanced.imbalance == 1.0 and not balanced.varies and uniform.varies
+    capped = draw(replace(base, routing="zipf", routing_skew=1.2, capacity_factor=1.0), 8,
+                  4096 * 8, 16, seed=3)
+    assert capped.dropped > 0.1 and max(v.max() for v in capped.scale.values()) <= 1.0
+
+
+def test_an_imbalanced_moe_layer_runs_at_its_most_loaded_ranks_pace():
+    """Zipf routing: slower than balanced, the all-to-alls larger where a rank
+    receives more than it sends, the summary says what routing came to, and the
+    symmetry-reduced run still equals a full simulation."""
+    raw = scenario(dp=16, ep=4)
+    balanced = run(raw)
+    raw["model"].update(routing="zipf", routing_skew=1.5)
+    skewed = run(raw)
+    assert skewed.summary["iteration_time_s"] > balanced.summary["iteration_time_s"]
+    assert skewed.summary["moe_rank_imbalance"] > 1.1
+    assert balanced.summary["moe_rank_imbalance"] == 1.0
+    a2a = skewed.comms[skewed.comms["group"] == "ep"]
+    assert a2a["bytes"].min() >= 128 * 2 * 256 * 2 < a2a["bytes"].max()
+    assert_same_run(skewed, run({**raw, "simulation": {"symmetry": "full"}}))

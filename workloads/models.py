@@ -50,6 +50,9 @@ class ModelSpec:
     first_dense_layers: int = setting(integer(0), 0)  # DeepSeek's first_k_dense_replace
     capacity_factor: float | None = setting(number(0.01), None)  # None: dropless
     router: str = setting(choice(["softmax", "sigmoid"]), "softmax")  # score function
+    # how tokens spread over the experts (``workloads.routing``), seeded by the scenario
+    routing: str = setting(choice(["uniform", "balanced", "zipf"]), "uniform")
+    routing_skew: float = setting(number(0.0), 1.0)  # zipf: popularity ~ 1 / rank^skew
 
     @property
     def head_dim(self) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
 from workloads import kernels as K
+from workloads import routing as routes
 from workloads.layout import Layout, parse_order
 from workloads.memory import (
     Recompute,
@@ -86,10 +87,13 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
         if what == "ep":
-            b.collective(expert.KIND, expert.all_to_all_bytes(ctx), EP_STREAM, "ep", phase,
-                         mb, layer, name=item[1])
+            b.collective(expert.KIND, expert.all_to_all_bytes(ctx) * ctx.routing.exchange[
+                layer][mb], EP_STREAM, "ep", phase, mb, layer, name=item[1])
             continue
         kernel = item[1]
+        if kernel.name.startswith("experts_"):  # at the most loaded EP rank's pace
+            scale = ctx.routing.scale[layer][mb]
+            item = (what, kernel, item[2] * scale, item[3] * scale, *item[4:])
         if fetch is not None:
             extra = fetch(layer, n if forward else -1 - n) or extra
         mem = mem_end if n == last else ()
@@ -396,12 +400,14 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     return b
 
 
-def _step_key(ctx: Context, step: Step) -> tuple[bool, int, bool]:
+def _step_key(ctx: Context, step: Step) -> tuple:
     """What a step's ops depend on besides its micro-batch (``Program.steps``):
     direction, chunk, and whether it is the micro-batch that records gradients
     (or, forward, the first, which waits for overlapped parameter all-gathers)."""
     edge = step.microbatch == ctx.micro_batches - 1 if not step.forward else \
         step.microbatch == 0 and data.gathers_ahead(ctx)
+    if ctx.routing is not None and ctx.routing.varies:  # each micro-batch's loads differ
+        return (step.forward, step.chunk, edge, step.microbatch)
     return (step.forward, step.chunk, edge)
 
 
@@ -416,8 +422,10 @@ def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ..
             for name, group in strategy.groups(ctx, layout).items()}
 
 
-def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Context:
-    """What every stage's builder needs, checked and worked out once."""
+def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,
+                 seed: int = 0) -> Context:
+    """What every stage's builder needs, checked and worked out once (``seed``: the
+    scenario's, for MoE routing draws)."""
     check(model, training, parallel)
     vocab = padded_vocab(model.vocab, parallel.tp)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
@@ -430,13 +438,16 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
             model, shard, layer=first, ep=parallel.ep)))
         moe = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
                for f in (True, False)}
+    micro_batches = parallel.micro_batches(training)
+    routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
+                          micro_batches, seed) if model.experts else None
     return Context(model, training, parallel, shard, vocab,
                    pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                  parallel.virtual_stages, parallel.stage_layers),
-                   parallel.micro_batches(training), "dp", sharded.shard_size(parallel),
+                   micro_batches, "dp", sharded.shard_size(parallel),
                    {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
                     for f in (True, False)},
-                   parallel.gradient_plan(training), moe)
+                   parallel.gradient_plan(training), moe, routing)
 
 
 def static_memory(ctx: Context, stage: int) -> dict[str, float]:
@@ -455,9 +466,11 @@ def static_memory(ctx: Context, stage: int) -> dict[str, float]:
     return {**states, "communication_buffers": communication_buffer_bytes(communicators)}
 
 
-def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> Program:
-    """One iteration of ``model`` trained as ``training`` says, split as ``parallel`` says."""
-    ctx = make_context(model, training, parallel)
+def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,
+                  seed: int = 0) -> Program:
+    """One iteration of ``model`` trained as ``training`` says, split as ``parallel`` says
+    (``seed``: the scenario's, for MoE routing draws)."""
+    ctx = make_context(model, training, parallel, seed)
     layout = Layout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                      "pp": parallel.pp}, parse_order(parallel.order))
     stages = [build_stage(ctx, s) for s in range(parallel.pp)]
@@ -477,8 +490,17 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
                "parameters": K.parameter_count(model, training.seq_len),
                "buckets": sum(1 for op in stage_ops[0] if op.name.startswith(
                    ("all_reduce[", "reduce_scatter["))),
-               "hardware_flops": _hardware_flops(ctx)},
+               "hardware_flops": _hardware_flops(ctx), **_moe_notes(ctx)},
     )
+
+
+def _moe_notes(ctx: Context) -> dict:
+    """What routing came to (summary keys), in a model with experts."""
+    r = ctx.routing
+    if r is None:
+        return {}
+    return {"moe_routing": ctx.model.routing, "moe_rank_imbalance": r.imbalance,
+            "moe_expert_imbalance": r.expert_imbalance, "moe_dropped_fraction": r.dropped}
 
 
 def _hardware_flops(ctx: Context) -> float:

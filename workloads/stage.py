@@ -17,6 +17,7 @@ from workloads import kernels as K
 from workloads.frameworks import GradientPlan
 from workloads.memory import Recompute
 from workloads.models import ModelSpec
+from workloads.routing import Routing
 from workloads.training import ParallelSpec, TrainingSpec
 
 
@@ -40,6 +41,7 @@ class Context:
     passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
     plan: GradientPlan  # gradient precision, buckets, parameter-gather overlap
     moe_passes: dict = field(default_factory=dict)  # the same for a MoE layer
+    routing: Routing | None = None  # MoE layers' expert loads per micro-batch
 
     def pass_plan(self, layer: int, forward: bool) -> tuple:
         """The pass plan of ``layer``: a MoE layer's or the dense one."""

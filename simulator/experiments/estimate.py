@@ -128,7 +128,7 @@ class Estimator:
     def estimate(self, scenario: Scenario) -> Estimate:
         small = reduced(scenario)
         parallel = small.parallel
-        ctx = builder.make_context(small.model, small.training, parallel)
+        ctx = builder.make_context(small.model, small.training, parallel, scenario.seed)
         layout = RankLayout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                              "pp": parallel.pp}, parse_order(parallel.order))
         groups = builder._groups(ctx, layout)

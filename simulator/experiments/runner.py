@@ -240,7 +240,8 @@ def _simulated_ranks(method: symmetry.Method, program: Program) -> list[int] | N
 
 def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     wall = time.perf_counter()
-    program = build_program(scenario.model, scenario.training, scenario.parallel)
+    program = build_program(scenario.model, scenario.training, scenario.parallel,
+                            scenario.seed)
     footprint.check_fabric(scenario.gpus, "cluster.nodes", scenario.machine.nodes)
     if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
         footprint.check_run(program, None)

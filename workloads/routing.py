@@ -1,0 +1,90 @@
+"""Token routing in MoE layers: how many token copies each expert, and each
+expert-parallel rank, receives in every micro-batch, drawn from a seeded
+distribution (``model.routing``):
+
+- ``balanced``: every expert gets the same share (an ideal router);
+- ``uniform``: each copy goes to an expert drawn uniformly at random, so the
+  counts are multinomial (the fluctuation of a router with no preference);
+- ``zipf``: expert popularity falls as 1 / rank^``routing_skew``, the ranking
+  shuffled per layer (a skewed router, as measured routers are: Fedus et al.
+  2022 and Jiang et al. 2024 report uneven expert loads).
+
+With ``capacity_factor`` C an expert keeps at most ceil(C copies / experts)
+copies and drops the rest (counted); without it routing is dropless.
+
+What the program uses: each expert-parallel rank's load is the sum over its
+local experts. The combine all-to-all makes every member of an EP group wait
+for the most loaded one, so a stage's program runs each MoE layer's experts
+at that rank's load (``scale``: its copies over the balanced share) and sizes
+its all-to-alls by the larger of what a rank sends and what the most loaded
+receives (``exchange``). Every EP group of a stage sees the same draw (the
+router's statistics are modelled, not its tokens), so the ranks of a stage
+keep one program; the iteration time is exact for the draw, and every rank's
+expert kernels show the most loaded rank's time (the others would compute
+less and wait at the combine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from workloads.models import ModelSpec
+
+ROUTING_SEED = 17  # separates routing draws from other seeded streams (jitter)
+GRAIN = 128  # factors rounded to 1/128 of the balanced share (within 0.4 %): calls of
+# nearly one size share their lowering and network shape, which a 64-rank
+# all-to-all (4,032 flows) takes milliseconds to build
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Per (layer, micro-batch) factors, and what the draws came to."""
+
+    scale: dict[int, np.ndarray]  # MoE layer -> per micro-batch: most loaded rank / balanced
+    exchange: dict[int, np.ndarray]  # MoE layer -> per micro-batch: all-to-all size factor
+    imbalance: float  # mean over passes of the most loaded rank's copies / the mean rank's
+    expert_imbalance: float  # mean over passes of the busiest expert's copies / the mean
+    dropped: float  # fraction of copies dropped at capacity
+
+    @property
+    def varies(self) -> bool:
+        """Whether micro-batches differ (anything but balanced routing)."""
+        return any(np.ptp(v) > 0 or v[0] != 1.0 for v in self.scale.values())
+
+
+def expert_shares(model: ModelSpec, rng: np.random.Generator) -> np.ndarray:
+    """One layer's probability of each expert."""
+    if model.routing != "zipf":
+        return np.full(model.experts, 1.0 / model.experts)
+    weights = 1.0 / np.arange(1, model.experts + 1) ** model.routing_skew
+    return rng.permutation(weights / weights.sum())
+
+
+def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) -> Routing:
+    """Loads of every MoE layer and micro-batch: ``copies`` token copies per rank
+    (its tokens x top_k), an EP group of ``ep`` ranks."""
+    total, experts = copies * ep, model.experts
+    cap = math.ceil(model.capacity_factor * total / experts) if model.capacity_factor else None
+    scale, exchange, ranks_max, experts_max, dropped = {}, {}, [], [], 0.0
+    for layer in (n for n in range(model.layers) if model.is_moe_layer(n)):
+        rng = np.random.default_rng([seed, ROUTING_SEED, layer])
+        if model.routing == "balanced":
+            counts = np.full((micro_batches, experts), total / experts)
+        else:
+            counts = rng.multinomial(total, expert_shares(model, rng),
+                                     size=micro_batches).astype(float)
+        if cap is not None:
+            dropped += float(np.maximum(counts - cap, 0).sum())
+            counts = np.minimum(counts, cap)
+        loads = counts.reshape(micro_batches, ep, experts // ep).sum(axis=2)
+        scale[layer] = np.round(loads.max(axis=1) / copies * GRAIN) / GRAIN
+        exchange[layer] = np.maximum(scale[layer], 1.0)
+        ranks_max.append(loads.max(axis=1) / loads.mean(axis=1))
+        experts_max.append(counts.max(axis=1) / counts.mean(axis=1))
+    passes = len(scale) * micro_batches
+    return Routing(scale, exchange, float(np.mean(ranks_max)) if ranks_max else 1.0,
+                   float(np.mean(experts_max)) if experts_max else 1.0,
+                   dropped / (total * passes) if passes else 0.0)
