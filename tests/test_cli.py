@@ -179,7 +179,7 @@ def test_collective_tool_prints_the_nccl_tests_table(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "broadcast", "reduce",
-                                "all_to_all", "send_recv"])
+                                "all_to_all", "send_recv", "alltoall", "sendrecv"])
 def test_collective_tool_runs_every_operation(op, capsys):
     args = ["collective", "--cluster", "polaris", "--nodes", "2", "--op", op, "-b", "8",
             "-e", "64M", "-f", "64", "--group", "0-5"]
@@ -193,6 +193,13 @@ def test_collective_tool_forced_choices(capsys):
             "--algorithm", "ring", "--protocol", "ll128", "--set", "nvlink_bandwidth=900 GB/s"]
     assert main(args) == 0
     assert "ring      ll128" in capsys.readouterr().out
+
+
+def test_collective_tool_names_the_operations_it_knows(capsys):
+    with pytest.raises(SystemExit) as exit_code:
+        main(["collective", "--cluster", "dgx-a100", "--op", "alltoallv"])
+    assert exit_code.value.code == 2
+    assert "--op: 'alltoallv' is not one of: all_reduce" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [

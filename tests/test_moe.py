@@ -177,3 +177,37 @@ def test_an_imbalanced_moe_layer_runs_at_its_most_loaded_ranks_pace():
     a2a = skewed.comms[skewed.comms["group"] == "ep"]
     assert a2a["bytes"].min() >= 128 * 2 * 256 * 2 < a2a["bytes"].max()
     assert_same_run(skewed, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+@pytest.mark.parametrize(("preset", "config"), [
+    ("mixtral-8x7b", {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+                      "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "intermediate_size": 14336, "vocab_size": 32000, "hidden_act": "silu",
+                      "tie_word_embeddings": False, "num_local_experts": 8,
+                      "num_experts_per_tok": 2}),
+    ("qwen1.5-moe-a2.7b", {"model_type": "qwen2_moe", "num_hidden_layers": 24,
+                           "hidden_size": 2048, "num_attention_heads": 16,
+                           "num_key_value_heads": 16, "intermediate_size": 5632,
+                           "vocab_size": 151936, "hidden_act": "silu",
+                           "tie_word_embeddings": False, "num_experts": 60,
+                           "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                           "shared_expert_intermediate_size": 5632,
+                           "decoder_sparse_step": 1}),
+    ("deepseek-v3-like", {"model_type": "deepseek_v3", "num_hidden_layers": 61,
+                          "hidden_size": 7168, "num_attention_heads": 128,
+                          "num_key_value_heads": 128, "intermediate_size": 18432,
+                          "vocab_size": 129280, "hidden_act": "silu",
+                          "tie_word_embeddings": False, "n_routed_experts": 256,
+                          "n_shared_experts": 1, "num_experts_per_tok": 8,
+                          "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
+                          "moe_layer_freq": 1, "scoring_func": "sigmoid"}),
+])
+def test_hf_configs_of_moe_models_give_the_presets(tmp_path, preset, config):
+    """The published config.json keys (values as in the models' files)."""
+    import json
+
+    from workloads.hf_config import model_from_hf
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = model_from_hf(path)
+    assert replace(model, name=preset) == MODELS[preset]

@@ -5,7 +5,12 @@ Understands the Llama/Mistral/Qwen family keys (``num_hidden_layers``,
 ``intermediate_size``, ``vocab_size``, ``hidden_act``, ``tie_word_embeddings``)
 and the GPT-2 family keys (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``,
 ``activation_function``). A gated activation (silu/swish, as in Llama) gives a
-SwiGLU MLP; anything else a plain GELU-style MLP. Every value it reads is
+SwiGLU MLP; anything else a plain GELU-style MLP. Mixture-of-experts keys:
+Mixtral's ``num_local_experts`` (its experts as wide as ``intermediate_size``),
+Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
+``shared_expert_intermediate_size`` and ``decoder_sparse_step``, DeepSeek's
+``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+``moe_layer_freq`` and ``scoring_func``; ``num_experts_per_tok`` for all. Every value it reads is
 checked (a size a positive integer, a flag true or false); the scenario's
 ``model`` checks then apply to the result as to any model.
 """
@@ -13,6 +18,7 @@ checked (a size a positive integer, a flag true or false); the scenario's
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from simulator.base.fields import ScenarioError
@@ -96,7 +102,7 @@ def model_from_hf(path: str | Path) -> ModelSpec:
         raise HfConfigError(f"{where}: hidden_act: {activation!r} must be a string")
     gated = activation in ("silu", "swish", "swiglu")
     ffn = _optional(config, ("intermediate_size", "n_inner"), where) or 4 * shape["hidden"]
-    return ModelSpec(
+    return replace(ModelSpec(
         name=str(config.get("_name_or_path") or config.get("model_type") or file.parent.name),
         layers=shape["layers"], hidden=shape["hidden"], heads=shape["heads"],
         kv_heads=_optional(config, ("num_key_value_heads",), where) or shape["heads"],
@@ -104,4 +110,36 @@ def model_from_hf(path: str | Path) -> ModelSpec:
         mlp=Mlp.SWIGLU if gated else Mlp.GELU,
         tied_embeddings=_flag(config, "tie_word_embeddings", not gated, where),
         learned_positions=config.get("model_type") in ("gpt2", "gpt_bigcode", "opt"),
-    )
+    ), **_experts(config, ffn, where))
+
+
+def _experts(config: dict, ffn: int, where: str) -> dict:
+    """The ModelSpec's mixture-of-experts keys a config gives ({} for a dense model)."""
+    experts = _optional(config, ("num_local_experts", "num_experts", "n_routed_experts"), where)
+    if experts is None:
+        return {}
+    width = _optional(config, ("moe_intermediate_size",), where) or ffn
+    shared = _optional(config, ("n_shared_experts",), where) or 0
+    shared_width = _optional(config, ("shared_expert_intermediate_size",), where)
+    if shared_width:
+        if shared_width % width:
+            raise HfConfigError(f"{where}: shared_expert_intermediate_size: {shared_width} must "
+                                f"be a multiple of moe_intermediate_size ({width})")
+        shared = shared_width // width
+    scoring = config.get("scoring_func", "softmax")
+    if scoring not in ("softmax", "sigmoid"):
+        raise HfConfigError(f"{where}: scoring_func: {scoring!r} is not one of: softmax, sigmoid")
+    return {"experts": experts, "expert_ffn_hidden": width, "shared_experts": shared,
+            "top_k": _first(config, ("num_experts_per_tok",), where),
+            "moe_layer_freq": _optional(config, ("moe_layer_freq", "decoder_sparse_step"),
+                                        where) or 1,
+            "first_dense_layers": _count(config, "first_k_dense_replace", where),
+            "router": scoring}
+
+
+def _count(config: dict, name: str, where: str) -> int:
+    """A non-negative integer key (0 when absent)."""
+    value = config.get(name) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HfConfigError(f"{where}: {name}: {value!r} must be a non-negative integer")
+    return value

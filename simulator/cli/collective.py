@@ -20,7 +20,10 @@ def add_parser(sub) -> None:
                                       "fabric and print nccl-tests' table.")
     tool.add_argument("--cluster", required=True, help="cluster preset (clustersim presets)")
     tool.add_argument("--nodes", type=int, default=1, help="servers (default 1)")
-    tool.add_argument("--op", default="all_reduce", choices=[c.value for c in Collective])
+    names = [c.value for c in Collective]
+    tool.add_argument("--op", default="all_reduce", type=_op_name, metavar="{" + ",".join(
+        names) + "}", help="the collective; nccl-tests' names (allreduce, alltoall, "
+        "sendrecv, ...) are accepted too")
     tool.add_argument("--min-bytes", "-b", default="32M", help="smallest size, e.g. 8, 1M")
     tool.add_argument("--max-bytes", "-e", default="8G", help="largest size, e.g. 8G")
     tool.add_argument("--factor", "-f", type=float, default=2.0, help="size multiplier")
@@ -33,6 +36,18 @@ def add_parser(sub) -> None:
     tool.add_argument("--csv", help="also write the table to this CSV file")
     tool.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a cluster key, e.g. nic_bandwidth=400Gb/s (repeatable)")
+
+
+def _op_name(text: str) -> str:
+    """A collective's name: ours (``all_to_all``) or nccl-tests' (``alltoall``, as in
+    ``alltoall_perf``)."""
+    from simulator.base.ir import Collective
+
+    names = {c.value.replace("_", ""): c.value for c in Collective}
+    name = names.get(text.replace("_", "").lower())
+    if name is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(names.values())}")
+    return name
 
 
 def run(args: argparse.Namespace) -> int:

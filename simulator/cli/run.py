@@ -48,6 +48,7 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
+        *_moe_lines(summary),
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
@@ -58,6 +59,17 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         f"outputs          {out}/",
     ]
     return "\n".join(lines)
+
+
+def _moe_lines(summary: dict) -> list[str]:
+    """What routing came to, in a model with experts."""
+    if "moe_routing" not in summary:
+        return []
+    dropped = summary["moe_dropped_fraction"]
+    return [f"experts          {summary['moe_routing']} routing: the busiest expert-parallel "
+            f"rank gets x{summary['moe_rank_imbalance']:.3f} the mean rank's tokens, the "
+            f"busiest expert x{summary['moe_expert_imbalance']:.3f} the mean expert's"
+            + (f"; {dropped:.1%} of token copies dropped at capacity" if dropped else "")]
 
 
 def _critical_line(path: dict) -> str:
