@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import ROOT
 
 STUDIES = ["pp_vs_dp_bandwidth", "bucket_size", "pipeline_partition", "fsdp_thresholds",
-           "dp_scaling_polaris", "comm_characteristics", "layout_search"]
+           "dp_scaling_polaris", "comm_characteristics", "layout_search",
+           "moe_expert_parallel"]
 
 
 @pytest.mark.parametrize("name", STUDIES)

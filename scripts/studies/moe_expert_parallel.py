@@ -1,0 +1,111 @@
+"""Study 8: expert parallelism: its all-to-all cost against token imbalance.
+
+A DeepSeek-V2-Lite-shaped MoE (DeepSeek-AI 2024, config.json: 27 layers of
+2048, the first dense, 64 routed experts of 1408 with top 6 and 2 shared;
+multi-head latent attention modelled as standard attention) trained on 64
+H100 (8 DGX H100) on a rail-optimized fabric (NCCL's PXN: traffic crosses
+NVLink to the GPU on the destination's rail first), data parallel 64 with
+ZeRO-1, sequence 4096, global batch 256. For each expert-parallel size (1 to
+64) and routing (balanced; uniform; Zipf with skew 0.3 and 0.6, whose busiest
+expert gets about 2.5x and 5.5x the mean expert's tokens): the iteration
+time, the all-to-all time per iteration of one rank, the busiest EP rank's load
+against the mean, and the peak memory. Writes moe_expert_parallel.csv and .png.
+
+    python scripts/studies/moe_expert_parallel.py [--quick]
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from common import OKABE_ITO, options, write
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from simulator import run
+
+NAME = "moe_expert_parallel"
+V2_LITE = {"layers": 27, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 10944,
+           "vocab": 102400, "mlp": "swiglu", "tied_embeddings": False, "experts": 64,
+           "top_k": 6, "expert_ffn_hidden": 1408, "shared_experts": 2,
+           "first_dense_layers": 1}
+ROUTINGS = {"balanced": ("balanced", 1.0), "uniform": ("uniform", 1.0),
+            "zipf 0.3": ("zipf", 0.3), "zipf 0.6": ("zipf", 0.6)}
+
+
+def design(quick: bool) -> tuple[dict, list[int], dict]:
+    model = dict(V2_LITE)
+    nodes, batch = 8, 256
+    eps = [1, 2, 4, 8, 16, 32, 64]
+    routings = ROUTINGS
+    if quick:
+        model.update(layers=3, hidden=512, heads=8, kv_heads=8, ffn_hidden=1024, vocab=8192,
+                     expert_ffn_hidden=256)
+        nodes, batch, eps = 2, 32, [2, 16]
+        routings = {k: ROUTINGS[k] for k in ("balanced", "zipf 0.6")}
+    base = {"name": NAME, "seed": 0,
+            "cluster": {"preset": "dgx-h100", "nodes": nodes,
+                        "fabric": {"type": "rail_optimized"}},
+            "model": model,
+            "training": {"seq_len": 4096 if not quick else 1024, "global_batch": batch,
+                         "micro_batch": 1, "precision": "bf16", "recompute": "selective"},
+            "parallelism": {"tp": 1, "pp": 1, "zero": 1}}
+    return base, eps, routings
+
+
+def case(base: dict, ep: int, routing: str, skew: float) -> dict:
+    scenario = {**base, "model": {**base["model"], "routing": routing, "routing_skew": skew},
+                "parallelism": {**base["parallelism"], "ep": ep}}
+    result = run(scenario)
+    s = result.summary
+    comms = result.comms
+    mine = comms[(comms["group"] == "ep") & (comms["group_index"] == 0)]
+    return {"ep": ep, "iteration_time_s": s["iteration_time_s"], "mfu": s["mfu"],
+            "all_to_all_s": float((mine["end"] - mine["start"]).sum()),
+            "all_to_all_calls": len(mine),
+            "rank_imbalance": s["moe_rank_imbalance"],
+            "expert_imbalance": s["moe_expert_imbalance"],
+            "peak_memory_gib": s["peak_memory_gib"], "oom": s["oom"]}
+
+
+def figure(table: pd.DataFrame):
+    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3)
+    for n, (label, part) in enumerate(table.groupby("routing", sort=False)):
+        style = dict(color=OKABE_ITO[n], marker="o", label=label)
+        axes[0].plot(part["ep"], part["iteration_time_s"], **style)
+        axes[1].plot(part["ep"], part["all_to_all_s"], **style)
+        axes[2].plot(part["ep"], part["rank_imbalance"], **style)
+    titles = ("iteration time (s)", "one rank's all-to-alls per iteration (s)",
+              "busiest EP rank's tokens / mean rank's")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("expert-parallel size")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    gpus_per_node = 8
+    for ax in axes[:2]:
+        ax.axvline(gpus_per_node, color="grey", lw=0.8, ls="--")
+        ax.text(gpus_per_node * 1.05, ax.get_ylim()[1] * 0.95, "EP leaves the server",
+                fontsize=7, va="top", color="grey")
+    axes[0].legend(frameon=False, fontsize=8)
+    fig.suptitle("Expert parallelism on 64 H100 (rail-optimized): all-to-all cost against "
+                 "token imbalance", fontsize=11)
+    return fig
+
+
+def main() -> None:
+    args = options(__doc__)
+    base, eps, routings = design(args.quick)
+    rows = [{"routing": label, **case(base, ep, routing, skew)}
+            for label, (routing, skew) in routings.items() for ep in eps]
+    table = pd.DataFrame(rows)
+    balanced = table[table["routing"] == "balanced"].set_index("ep")["iteration_time_s"]
+    table["imbalance_cost_pct"] = 100 * (table["iteration_time_s"] /
+                                         table["ep"].map(balanced) - 1)
+    write(args, NAME, table, figure(table))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+if __name__ == "__main__":
+    main()
