@@ -211,3 +211,16 @@ def test_hf_configs_of_moe_models_give_the_presets(tmp_path, preset, config):
     path.write_text(json.dumps(config))
     model = model_from_hf(path)
     assert replace(model, name=preset) == MODELS[preset]
+
+
+def test_the_allgather_dispatcher_gathers_the_groups_tokens_and_scatters_the_outputs():
+    """Megatron-Core's allgather dispatcher: per MoE layer and micro-batch an
+    all-gather and a reduce-scatter of the EP group's 4 x 128 tokens, forward and
+    backward; the same expert compute as all-to-all."""
+    raw = scenario(dp=16, ep=4, moe_token_dispatcher_type="allgather")
+    result = run(raw)
+    ep = result.comms[result.comms["group"] == "ep"]
+    assert set(ep["bytes"]) == {4 * 128 * 256 * 2}
+    counts = {k: v for k, v in ep["collective"].value_counts().items() if v}
+    assert counts == {"all_gather": 4 * 2 * 2 * 4, "reduce_scatter": 4 * 2 * 2 * 4}
+    assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))

@@ -87,8 +87,8 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
         if what == "ep":
-            b.collective(expert.KIND, expert.all_to_all_bytes(ctx) * ctx.routing.exchange[
-                layer][mb], EP_STREAM, "ep", phase, mb, layer, name=item[1])
+            kind, nbytes = expert.exchange(ctx, item[1], forward, ctx.routing.exchange[layer][mb])
+            b.collective(kind, nbytes, EP_STREAM, "ep", phase, mb, layer, name=item[1])
             continue
         kernel = item[1]
         if kernel.name.startswith("experts_"):  # at the most loaded EP rank's pace

@@ -139,6 +139,9 @@ class ParallelSpec:
     # data parallelism, over which expert gradients are reduced)
     ep: int = setting(integer(1), 1)
     etp: int = setting(integer(1), 1)
+    # how a MoE layer moves tokens to its experts (Megatron-Core's flag): alltoall, or
+    # allgather (every rank gathers the group's tokens, reduce-scatters the outputs)
+    moe_token_dispatcher_type: str = setting(choice(["alltoall", "allgather"]), "alltoall")
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage

@@ -17,9 +17,11 @@ them, as Megatron-Core requires sequence parallelism with tensor
 parallelism), sends each token's ``top_k`` copies to the ranks holding their
 experts (all-to-all *dispatch*), runs its local experts, and sends the results
 back (all-to-all *combine*); the backward mirrors both. The all-to-alls run on
-the ``ep`` stream and block the kernels after them. Every expert is equally
-loaded here, so each all-to-all moves ``tokens x top_k x hidden`` elements per
-rank.
+the ``ep`` stream and block the kernels after them; a balanced all-to-all
+moves ``tokens x top_k x hidden`` elements per rank (``workloads.routing`` sizes
+it by the loads drawn). With ``moe_token_dispatcher_type: allgather`` the
+dispatch is an all-gather of the EP group's tokens and the combine a
+reduce-scatter of the outputs (``exchange``).
 """
 
 from __future__ import annotations
@@ -109,6 +111,25 @@ def all_to_all_bytes(ctx: Context) -> float:
     """Bytes one rank's dispatch (or combine) sends: its tokens' routed copies."""
     sh, m = ctx.shard, ctx.model
     return sh.tokens // sh.norm_split * m.top_k * m.hidden * sh.dtype_bytes
+
+
+def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Collective, float]:
+    """The collective and its bytes for a MoE layer's ``step`` (dispatch or combine)
+    in a forward or backward pass; ``load``: the all-to-all's size factor for this
+    layer and micro-batch (``routing.Routing.exchange``).
+
+    - ``alltoall``: each rank's routed copies, both ways;
+    - ``allgather``: the dispatch all-gathers the EP group's tokens (every rank
+      picks its experts' copies), the combine reduce-scatters the outputs back,
+      each the group's whole tensor whatever the loads; the backward mirrors
+      them (a gather's gradient is a reduce-scatter).
+    """
+    if ctx.parallel.moe_token_dispatcher_type == "alltoall":
+        return KIND, all_to_all_bytes(ctx) * load
+    sh = ctx.shard
+    whole = ctx.parallel.ep * sh.tokens // sh.norm_split * ctx.model.hidden * sh.dtype_bytes
+    gathers = (step == DISPATCH) == forward
+    return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), whole
 
 
 def is_expert_weight(kernel: K.Kernel) -> bool:
