@@ -224,3 +224,23 @@ def test_the_allgather_dispatcher_gathers_the_groups_tokens_and_scatters_the_out
     counts = {k: v for k, v in ep["collective"].value_counts().items() if v}
     assert counts == {"all_gather": 4 * 2 * 2 * 4, "reduce_scatter": 4 * 2 * 2 * 4}
     assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+def test_a_measured_histogram_sets_each_experts_share(tmp_path):
+    """routing: histogram reads one weight per expert; a hot expert on one EP rank
+    makes that rank the busiest by about its share; bad files name the key."""
+    histogram = tmp_path / "loads.csv"
+    histogram.write_text("# tokens per expert, measured\n8, 1, 1, 1, 1, 1, 1, 1\n")
+    raw = scenario(dp=16, ep=4)
+    raw["model"].update(routing="histogram", routing_histogram=str(histogram))
+    result = run(raw)
+    # rank 0 holds experts 0-1: 9 of 15 shares against 15 / 4 on average
+    assert result.summary["moe_rank_imbalance"] == pytest.approx(9 / 15 * 4, rel=0.05)
+    histogram.write_text("1, 2, 3\n")
+    with pytest.raises(ScenarioError, match=r"model.routing_histogram: .* line 1: must hold "
+                                            r"one non-negative number per expert \(8\)"):
+        from_dict(raw)
+    raw["model"].pop("routing_histogram")
+    with pytest.raises(ScenarioError, match="model.routing: 'histogram' needs "
+                                            "model.routing_histogram"):
+        from_dict(raw)

@@ -7,7 +7,10 @@ distribution (``model.routing``):
   counts are multinomial (the fluctuation of a router with no preference);
 - ``zipf``: expert popularity falls as 1 / rank^``routing_skew``, the ranking
   shuffled per layer (a skewed router, as measured routers are: Fedus et al.
-  2022 and Jiang et al. 2024 report uneven expert loads).
+  2022 and Jiang et al. 2024 report uneven expert loads);
+- ``histogram``: each expert's share from a measured histogram
+  (``model.routing_histogram``: one row of weights for every MoE layer, or
+  one row per MoE layer), the counts multinomial around it.
 
 With ``capacity_factor`` C an expert keeps at most ceil(C copies / experts)
 copies and drops the rest (counted); without it routing is dropless.
@@ -55,8 +58,12 @@ class Routing:
         return any(np.ptp(v) > 0 or v[0] != 1.0 for v in self.scale.values())
 
 
-def expert_shares(model: ModelSpec, rng: np.random.Generator) -> np.ndarray:
-    """One layer's probability of each expert."""
+def expert_shares(model: ModelSpec, rng: np.random.Generator, moe_index: int = 0
+                  ) -> np.ndarray:
+    """The probability of each expert in the ``moe_index``-th MoE layer."""
+    if model.routing == "histogram" and model.routing_weights:
+        row = np.asarray(model.routing_weights[moe_index % len(model.routing_weights)])
+        return row / row.sum()
     if model.routing != "zipf":
         return np.full(model.experts, 1.0 / model.experts)
     weights = 1.0 / np.arange(1, model.experts + 1) ** model.routing_skew
@@ -69,12 +76,13 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     total, experts = copies * ep, model.experts
     cap = math.ceil(model.capacity_factor * total / experts) if model.capacity_factor else None
     scale, exchange, ranks_max, experts_max, dropped = {}, {}, [], [], 0.0
-    for layer in (n for n in range(model.layers) if model.is_moe_layer(n)):
+    layers = [n for n in range(model.layers) if model.is_moe_layer(n)]
+    for index, layer in enumerate(layers):
         rng = np.random.default_rng([seed, ROUTING_SEED, layer])
         if model.routing == "balanced":
             counts = np.full((micro_batches, experts), total / experts)
         else:
-            counts = rng.multinomial(total, expert_shares(model, rng),
+            counts = rng.multinomial(total, expert_shares(model, rng, index),
                                      size=micro_batches).astype(float)
         if cap is not None:
             dropped += float(np.maximum(counts - cap, 0).sum())

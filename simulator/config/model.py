@@ -4,17 +4,19 @@ inline; each key checked by ``ModelSpec``'s settings."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
 from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, text
-from simulator.base.user_files import user_path
+from simulator.base.user_files import read_text, user_path
 from workloads.hf_config import HfConfigError, model_from_hf
 from workloads.models import MODELS, Mlp, ModelSpec
 
 SCHEMA = {
     "preset": (choice(MODELS), None),
     "hf_config": (text, None),
+    "routing_histogram": (text, None),
     **{key: (check, None) for key, (check, _) in schema_of(ModelSpec).items()},
 }
 
@@ -25,8 +27,8 @@ def model_from(raw: object, base_dir: Path | None = None) -> ModelSpec:
 
 
 def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
-    inline = {k: v for k, v in values.items() if k not in ("preset", "hf_config")
-              and v is not None}
+    inline = {k: v for k, v in values.items() if k not in ("preset", "hf_config",
+                                                           "routing_histogram") and v is not None}
     if values["preset"] is not None and values["hf_config"] is not None:
         raise fail("model.hf_config", values["hf_config"], "cannot be combined with "
                                                             "model.preset; give one")
@@ -49,6 +51,7 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
         base["kv_heads"] = inline["heads"]  # multi-head attention stays multi-head
     base.update(inline)
     base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
+    _histogram(base, values["routing_histogram"], base_dir)
     if base["hidden"] % base["heads"]:
         raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']})")
     if base["heads"] % base["kv_heads"]:
@@ -57,6 +60,40 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
         raise fail("model.kv_heads", base["kv_heads"],
                    f"must divide model.heads ({base['heads']}){given}")
     return ModelSpec(**base)
+
+
+def _histogram(base: dict[str, Any], written: str | None, base_dir: Path | None) -> None:
+    """``model.routing_histogram`` read into ``routing_weights``: a text file of
+    non-negative numbers, one row per MoE layer (or one row for all), one number
+    per expert, separated by commas or spaces; it goes with ``routing: histogram``."""
+    wants = base.get("routing") == "histogram"
+    if written is None:
+        if wants:
+            raise fail("model.routing", "histogram", "needs model.routing_histogram: a file "
+                                                     "of each expert's share of the tokens")
+        return
+    if not wants:
+        raise fail("model.routing_histogram", written, "goes with model.routing: histogram")
+    path = user_path(written, base_dir)
+    rows = []
+    for n, line in enumerate(read_text(path, "routing histogram").splitlines(), 1):
+        cells = [c for c in line.replace(",", " ").split() if c]
+        if not cells or cells[0].startswith("#"):
+            continue
+        try:
+            row = tuple(float(c) for c in cells)
+        except ValueError:
+            raise fail("model.routing_histogram", written, f"line {n}: must hold numbers "
+                       "only") from None
+        experts = base.get("experts", 0)
+        if len(row) != experts or any(not math.isfinite(v) or v < 0 for v in row) or \
+                sum(row) <= 0:
+            raise fail("model.routing_histogram", written, f"line {n}: must hold one "
+                       f"non-negative number per expert ({experts}), not all zero")
+        rows.append(row)
+    if not rows:
+        raise fail("model.routing_histogram", written, "holds no row of weights")
+    base["routing_weights"] = tuple(rows)
 
 
 def _origin(values: dict[str, Any]) -> str:
