@@ -35,6 +35,8 @@ def scenario(**parallelism) -> dict:
     ("mixtral-8x22b", 141e9),  # Mistral AI: 141B total
     ("qwen1.5-moe-a2.7b", 14.3e9),  # Qwen team: 14.3B total
     ("deepseek-v3-like", 671e9),  # DeepSeek-AI 2024: 671B total (MLA as MHA here)
+    ("gpt-oss-120b", 116.8e9),  # OpenAI 2025 model card: 116.8B total
+    ("qwen3-30b-a3b", 30.5e9),  # Qwen team 2025: 30.5B total
 ])
 def test_presets_have_their_published_parameter_counts(name, published):
     assert K.parameter_count(MODELS[name], 4096) == pytest.approx(published, rel=0.01)
@@ -244,3 +246,52 @@ def test_a_measured_histogram_sets_each_experts_share(tmp_path):
     with pytest.raises(ScenarioError, match="model.routing: 'histogram' needs "
                                             "model.routing_histogram"):
         from_dict(raw)
+
+
+def test_sliding_window_layers_attend_over_their_window_and_heads_keep_their_size():
+    """GPT-OSS: 64 heads of 64 (wider than hidden / heads), full attention every
+    other layer, 128 keys elsewhere: the attention core's FLOPs are 4 t w (heads x
+    head size), the output projection reads heads x head size."""
+    m, s = MODELS["gpt-oss-120b"], 4096
+    full = K.layer_kernels(m, 1, s, 2, layer=1)
+    window = K.layer_kernels(m, 1, s, 2, layer=0)
+    attention = {k.name: k for k in full}["attention"]
+    assert attention.flops == 4.0 * s * s * 64 * 64
+    assert {k.name: k for k in window}["attention"].flops == 4.0 * s * 128 * 64 * 64
+    assert {k.name: k for k in full}["proj"].shape == (s, 2880, 64 * 64)
+
+
+@pytest.mark.parametrize(("training", "parallelism", "match"), [
+    ({"flash_attention": False}, {"dp": 16}, "model.sliding_window needs training.flash_"),
+    ({}, {"cp": 2, "dp": 8}, "model.sliding_window with parallelism.cp > 1 is not modelled"),
+])
+def test_sliding_windows_name_what_they_need(training, parallelism, match):
+    raw = scenario(ep=4, **parallelism)
+    raw["model"].update(sliding_window=64, sliding_window_pattern=2)
+    raw["training"].update(training)
+    with pytest.raises(ScenarioError, match=match):
+        from_dict(raw)
+
+
+@pytest.mark.parametrize(("preset", "config"), [
+    ("gpt-oss-120b", {"model_type": "gpt_oss", "num_hidden_layers": 36, "hidden_size": 2880,
+                      "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                      "intermediate_size": 2880, "vocab_size": 201088, "hidden_act": "silu",
+                      "tie_word_embeddings": False, "num_local_experts": 128,
+                      "num_experts_per_tok": 4, "sliding_window": 128,
+                      "layer_types": ["sliding_attention", "full_attention"] * 18}),
+    ("qwen3-30b-a3b", {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+                       "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                       "intermediate_size": 6144, "vocab_size": 151936, "hidden_act": "silu",
+                       "tie_word_embeddings": False, "num_experts": 128,
+                       "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                       "decoder_sparse_step": 1, "sliding_window": None,
+                       "use_sliding_window": False}),
+])
+def test_hf_configs_with_head_dim_and_windows_give_the_presets(tmp_path, preset, config):
+    import json
+
+    from workloads.hf_config import model_from_hf
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert replace(model_from_hf(path), name=preset) == MODELS[preset]

@@ -110,7 +110,36 @@ def model_from_hf(path: str | Path) -> ModelSpec:
         mlp=Mlp.SWIGLU if gated else Mlp.GELU,
         tied_embeddings=_flag(config, "tie_word_embeddings", not gated, where),
         learned_positions=config.get("model_type") in ("gpt2", "gpt_bigcode", "opt"),
-    ), **_experts(config, ffn, where))
+    ), **_experts(config, ffn, where), **_attention(config, shape["layers"], where))
+
+
+def _attention(config: dict, layers: int, where: str) -> dict:
+    """Attention keys beyond the sizes: ``head_dim`` where it is not hidden / heads,
+    and sliding windows (``sliding_window`` unless ``use_sliding_window`` is false;
+    which layers keep full attention from ``layer_types`` or Gemma's
+    ``sliding_window_pattern``)."""
+    out = {}
+    head = _optional(config, ("head_dim",), where)
+    if head is not None and head * _first(config, ("num_attention_heads", "n_head"), where) \
+            != config.get("hidden_size"):
+        out["head_size"] = head
+    window = _optional(config, ("sliding_window",), where)
+    if window is None or config.get("use_sliding_window") is False:
+        return out
+    out["sliding_window"] = window
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        full = [n for n, kind in enumerate(types) if kind == "full_attention"]
+        pattern = full[0] + 1 if full else 0
+        if len(types) != layers or any((kind == "full_attention") != bool(
+                pattern and (n + 1) % pattern == 0) for n, kind in enumerate(types)):
+            raise HfConfigError(f"{where}: layer_types: full attention must come every k-th "
+                                "layer (k = the first full layer's position); other patterns "
+                                "are not modelled")
+        out["sliding_window_pattern"] = pattern
+    else:
+        out["sliding_window_pattern"] = _count(config, "sliding_window_pattern", where)
+    return out
 
 
 def _experts(config: dict, ffn: int, where: str) -> dict:

@@ -82,8 +82,8 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
 
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
-                  dtype_bytes: int = 2, *, layer: int | None = None, ep: int = 1
-                  ) -> list[Kernel]:
+                  dtype_bytes: int = 2, *, layer: int | None = None, ep: int = 1,
+                  window: int | None = None) -> list[Kernel]:
     """Forward kernels of one transformer layer on one rank, in execution order;
     a MoE layer of ``model`` (``layer`` given) has its experts split over ``ep``
     ranks (``moe_kernels``).
@@ -92,8 +92,18 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     """
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
     if model.is_moe_layer(layer):
-        dense = layer_kernels(model, sh)
+        dense = layer_kernels(model, sh, window=_window(model, layer))
         return dense[:-4] + moe_kernels(model, sh, ep) + dense[-1:]
+    return _dense_layer(model, sh, _window(model, layer) if window is None else window)
+
+
+def _window(model: ModelSpec, layer: int | None) -> int | None:
+    """The keys a query of ``layer`` sees (None: the whole sequence)."""
+    return model.sliding_window if model.is_sliding_layer(layer) else None
+
+
+def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel]:
+    """A dense layer's kernels; ``window``: sliding-window attention's keys."""
     t, h, f, e, tp = sh.tokens, model.hidden, model.ffn_hidden, sh.dtype_bytes, sh.tp
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
     norm_params = 2 * h if model.bias else h
@@ -102,8 +112,8 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     return [
         elementwise("ln1", norm, norm, e, norm_params),
         gemm("qkv", t, qkv_out // tp, h, e, model.bias),
-        *attention_kernels(model, sh),
-        gemm("proj", t, h, h // tp, e, model.bias),
+        *attention_kernels(model, sh, window),
+        gemm("proj", t, h, model.attention_width // tp, e, model.bias),
         elementwise("residual1", 2 * norm, norm, e),
         elementwise("ln2", norm, norm, e, norm_params),
         gemm("fc1", t, up // tp, h, e, model.bias),
@@ -156,13 +166,16 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
     return out
 
 
-def attention_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
+def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None
+                      ) -> list[Kernel]:
     """The attention core: one fused kernel (FlashAttention), or, unfused as in
     Megatron-LM 2021, a batched QK^T GEMM, a softmax (with dropout) over the
-    s x s scores, and a batched GEMM with V. Both count 4 b s^2 h FLOPs."""
-    t, h, e, tp = sh.tokens, model.hidden, sh.dtype_bytes, sh.tp
+    s x s scores, and a batched GEMM with V. Both count 4 b s^2 h FLOPs (h: the
+    heads' width); a sliding window of w keys (fused only) 4 b s min(s, w) h."""
+    t, h, e, tp = sh.tokens, model.attention_width, sh.dtype_bytes, sh.tp
     kv = 2 * model.kv_heads * model.head_dim
-    flops = 4.0 * t * sh.seq * h / tp
+    keys = sh.seq if window is None else min(sh.seq, window)
+    flops = 4.0 * t * keys * h / tp
     if sh.flash:
         nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
         return [Kernel("attention", KernelClass.ATTENTION, flops, nbytes)]
@@ -220,9 +233,9 @@ def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
 
 def all_layer_kernels(model: ModelSpec, batch: int, seq: int) -> list[Kernel]:
     """Every layer's kernels on one GPU (each kind of layer built once)."""
-    kinds = {moe: layer_kernels(model, batch, seq, 2, layer=layer) for layer, moe in
-             ((layer, model.is_moe_layer(layer)) for layer in range(model.layers))}
-    return [k for layer in range(model.layers) for k in kinds[model.is_moe_layer(layer)]]
+    kinds = {model.layer_kind(layer): layer_kernels(model, batch, seq, 2, layer=layer)
+             for layer in range(model.layers)}
+    return [k for layer in range(model.layers) for k in kinds[model.layer_kind(layer)]]
 
 
 def parameter_count(model: ModelSpec, seq: int) -> int:

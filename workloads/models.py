@@ -56,10 +56,33 @@ class ModelSpec:
     # histogram: each expert's share of the tokens, one row for every MoE layer or one per
     # MoE layer in order (read from model.routing_histogram by the scenario loader)
     routing_weights: tuple[tuple[float, ...], ...] | None = None
+    # attention's shape where it is not hidden / heads wide (Qwen3, GPT-OSS: HF head_dim)
+    head_size: int | None = setting(integer(1), None)
+    # sliding-window attention: each query sees the last ``sliding_window`` tokens; every
+    # ``sliding_window_pattern``-th layer keeps full attention (0: none does)
+    sliding_window: int | None = setting(integer(1), None)
+    sliding_window_pattern: int = setting(integer(0), 0)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def attention_width(self) -> int:
+        """Heads x head size: the queries' (and the output projection's input) width."""
+        return self.heads * self.head_dim
+
+    def is_sliding_layer(self, layer: int | None) -> bool:
+        """Whether ``layer`` attends over a sliding window (HF ``layer_types``:
+        sliding, but every ``sliding_window_pattern``-th layer full)."""
+        if self.sliding_window is None or layer is None:
+            return False
+        pattern = self.sliding_window_pattern
+        return not (pattern and (layer + 1) % pattern == 0)
+
+    def layer_kind(self, layer: int | None) -> tuple[bool, bool]:
+        """(MoE, sliding-window): what sets a layer's kernels."""
+        return self.is_moe_layer(layer), self.is_sliding_layer(layer)
 
     @property
     def bias(self) -> bool:
@@ -157,6 +180,15 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             # attention with its 128 heads
             moe(llama("deepseek-v3-like", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
                 first_dense_layers=3, router="sigmoid"),
+            # GPT-OSS-120B (OpenAI 2025, config.json): 36 layers of 2880, 64 heads of 64
+            # (8 KV), sliding windows of 128 tokens on every other layer, 128 experts of
+            # 2880 (top 4); attention sinks and biases left out (well under 0.1 % of FLOPs)
+            moe(llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088), 128, 4, 2880,
+                head_size=64, sliding_window=128, sliding_window_pattern=2),
+            # Qwen3-30B-A3B (Qwen team 2025, config.json): 48 layers of 2048, 32 heads of
+            # 128 (4 KV), 128 experts of 768 (top 8), no shared expert
+            moe(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936), 128, 8, 768,
+                head_size=128),
         )
     }
 )

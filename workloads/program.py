@@ -431,13 +431,14 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention)
     sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
-    moe = {}
-    if model.experts:
-        first = next(n for n in range(model.layers) if model.is_moe_layer(n))
-        layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
-            model, shard, layer=first, ep=parallel.ep)))
-        moe = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
-               for f in (True, False)}
+    kinds = {}
+    for n in range(model.layers):  # each other kind of layer: its own plans, made once
+        kind = model.layer_kind(n)
+        if kind != (False, False) and kind not in kinds:
+            layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
+                model, shard, layer=n, ep=parallel.ep)))
+            kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
+                           for f in (True, False)}
     micro_batches = parallel.micro_batches(training)
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
                           micro_batches, seed) if model.experts else None
@@ -447,7 +448,7 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
                    micro_batches, "dp", sharded.shard_size(parallel),
                    {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
                     for f in (True, False)},
-                   parallel.gradient_plan(training), moe, routing)
+                   parallel.gradient_plan(training), kinds, routing)
 
 
 def static_memory(ctx: Context, stage: int) -> dict[str, float]:

@@ -40,12 +40,15 @@ class Context:
     shards: int  # ZeRO/FSDP shard count
     passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
     plan: GradientPlan  # gradient precision, buckets, parameter-gather overlap
-    moe_passes: dict = field(default_factory=dict)  # the same for a MoE layer
+    kind_passes: dict = field(default_factory=dict)  # the same for other kinds of layer:
+    # (MoE, sliding-window) -> forward? -> plan
     routing: Routing | None = None  # MoE layers' expert loads per micro-batch
 
     def pass_plan(self, layer: int, forward: bool) -> tuple:
-        """The pass plan of ``layer``: a MoE layer's or the dense one."""
-        return self.moe_passes[forward] if self.model.is_moe_layer(layer) else \
+        """The pass plan of ``layer``: its kind's (a dense full-attention layer's is
+        ``passes``)."""
+        kind = self.model.layer_kind(layer)
+        return self.kind_passes[kind][forward] if kind in self.kind_passes else \
             self.passes[forward]
 
     def params_of(self, layer: int) -> tuple[int, int]:

@@ -52,8 +52,9 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
     base.update(inline)
     base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
     _histogram(base, values["routing_histogram"], base_dir)
-    if base["hidden"] % base["heads"]:
-        raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']})")
+    if base.get("head_size") is None and base["hidden"] % base["heads"]:
+        raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']}), "
+                   "or give model.head_size")
     if base["heads"] % base["kv_heads"]:
         given = "" if "kv_heads" in inline else (
             f" (kv_heads {base['kv_heads']} comes from the {_origin(values)}; set model.kv_heads)")

@@ -29,6 +29,13 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     if cp > 1 and not training.flash_attention:
         raise LayoutError("parallelism.cp > 1 needs training.flash_attention: ring attention "
                           "runs fused attention chunk by chunk")
+    if model.sliding_window is not None:
+        if not training.flash_attention:
+            raise LayoutError("model.sliding_window needs training.flash_attention: fused "
+                              "attention kernels run the window (unfused ones are not modelled)")
+        if cp > 1:
+            raise LayoutError("model.sliding_window with parallelism.cp > 1 is not modelled "
+                              "yet; allowed: cp 1")
 
 
 def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
