@@ -74,7 +74,8 @@ def test_expert_groups_partition_a_stages_ranks():
 @pytest.mark.parametrize(("parallelism", "model", "match"), [
     (dict(ep=3, dp=16), {}, r"model.experts \(8\) must be divisible by parallelism.ep \(3\)"),
     (dict(tp=2, dp=8, ep=2), {}, "parallelism.sequence_parallel must be true"),
-    (dict(etp=2, dp=16), {}, "parallelism.etp: 2 is not modelled yet"),
+    (dict(etp=3, ep=1, dp=16), {}, r"model.expert_ffn_hidden \(128\) must be divisible by "
+                                    r"parallelism.etp \(3\)"),
     (dict(ep=2, dp=16), {"experts": 0}, r"parallelism.ep \(2\) and etp \(1\) need a model"),
     (dict(ep=4, dp=16, zero=3), {}, "parallelism.zero 3 and fsdp are not modelled"),
     (dict(ep=4, dp=16), {"top_k": 9}, r"model.top_k \(9\) must be at most"),
@@ -295,3 +296,26 @@ def test_hf_configs_with_head_dim_and_windows_give_the_presets(tmp_path, preset,
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     assert replace(model_from_hf(path), name=preset) == MODELS[preset]
+
+
+def test_expert_tensor_parallelism_splits_each_expert_and_gathers_its_tokens():
+    """etp 2 x ep 4 of 16 ranks: each rank holds half of each of its 2 experts,
+    runs its etp pair's token copies (all-gathered after the dispatch,
+    reduce-scattered before the combine, on the ep stream), with the same expert
+    FLOPs per rank as etp 1; the run equals a full simulation."""
+    raw = scenario(dp=16, ep=4, etp=2)
+    s = from_dict(raw)
+    ctx = make_context(s.model, s.training, s.parallel)
+    groups = expert.groups(ctx, Layout({"tp": 1, "cp": 1, "dp": 16, "pp": 1}))
+    assert groups["etp"][0] == (0, 1) and groups["ep"][0] == (0, 2, 4, 6)
+    assert groups["edp"][0] == (0, 8)
+    one = {k.name: k for k in K.moe_kernels(s.model, ctx.shard, 4, 1)}
+    two = {k.name: k for k in K.moe_kernels(s.model, ctx.shard, 4, 2)}
+    assert two["experts_fc1"].flops == one["experts_fc1"].flops
+    assert two["experts_fc1"].params * 2 == one["experts_fc1"].params
+    result = run(raw)
+    etp = result.comms[result.comms["group"] == "etp"]
+    assert set(etp["bytes"]) == {128 * 2 * 2 * 256 * 2}  # two ranks' copies
+    assert {k for k, v in etp["collective"].value_counts().items() if v} == {
+        "all_gather", "reduce_scatter"}
+    assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))

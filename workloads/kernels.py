@@ -83,7 +83,7 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
                   dtype_bytes: int = 2, *, layer: int | None = None, ep: int = 1,
-                  window: int | None = None) -> list[Kernel]:
+                  window: int | None = None, etp: int = 1) -> list[Kernel]:
     """Forward kernels of one transformer layer on one rank, in execution order;
     a MoE layer of ``model`` (``layer`` given) has its experts split over ``ep``
     ranks (``moe_kernels``).
@@ -93,7 +93,7 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
     if model.is_moe_layer(layer):
         dense = layer_kernels(model, sh, window=_window(model, layer))
-        return dense[:-4] + moe_kernels(model, sh, ep) + dense[-1:]
+        return dense[:-4] + moe_kernels(model, sh, ep, etp) + dense[-1:]
     return _dense_layer(model, sh, _window(model, layer) if window is None else window)
 
 
@@ -123,7 +123,7 @@ def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel
     ]
 
 
-def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
+def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[Kernel]:
     """A MoE layer's MLP block on one rank (Megatron-Core's MoE layer with the
     all-to-all dispatcher; Fedus et al. 2022, Jiang et al. 2024): the shared
     experts (a dense MLP as wide as they are together, tensor-parallel like
@@ -134,17 +134,20 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
     equally loaded its ``experts / ep`` local experts receive as many token
     copies as it sends, ``tokens * top_k``. A grouped GEMM's shape is one
     expert's, its FLOPs all of them. The all-to-alls around the experts are the
-    program's (``strategies.expert``)."""
+    program's (``strategies.expert``). With expert tensor parallelism ``etp`` each
+    rank holds 1/etp of every local expert's width and runs the token copies of
+    its etp group (gathered): etp x the copies on 1/etp of the width."""
     h, e, k = model.hidden, sh.dtype_bytes, model.top_k
-    f = model.expert_ffn
+    f = model.expert_ffn // etp
     up = 2 * f if model.mlp is Mlp.SWIGLU else f
     local = model.experts // ep
     n = sh.tokens // sh.norm_split  # tokens this rank routes
-    routed = n * k
+    own = n * k  # copies of its own tokens (permuted, sent, received back)
+    routed = own * etp  # copies its experts' slices process
     per_expert = max(1, routed // local)
     out: list[Kernel] = []
     if model.shared_experts:
-        fs = model.shared_experts * f
+        fs = model.shared_experts * model.expert_ffn  # tensor-parallel, not expert-
         ups = 2 * fs if model.mlp is Mlp.SWIGLU else fs
         t, tp = sh.tokens, sh.tp
         out += [gemm("shared_fc1", t, ups // tp, h, e, model.bias),
@@ -152,8 +155,8 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
                 gemm("shared_fc2", t, h, fs // tp, e, model.bias)]
     out += [
         gemm("router", n, model.experts, h, e, bias=False),
-        elementwise("topk", n * model.experts, 2 * routed, e),
-        elementwise("permute", n * h, routed * h, e),
+        elementwise("topk", n * model.experts, 2 * own, e),
+        elementwise("permute", n * h, own * h, e),
         Kernel("experts_fc1", KernelClass.GEMM, 2.0 * routed * up * h,
                e * (routed * h + local * h * up + routed * up), (per_expert, up, h),
                local * h * up),
@@ -161,7 +164,7 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1) -> list[Kernel]:
         Kernel("experts_fc2", KernelClass.GEMM, 2.0 * routed * f * h,
                e * (routed * f + local * f * h + routed * h), (per_expert, h, f),
                local * f * h),
-        elementwise("unpermute", routed * h + routed, n * h, e),
+        elementwise("unpermute", own * h + own, n * h, e),
     ]
     return out
 

@@ -88,7 +88,8 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             continue
         if what == "ep":
             kind, nbytes = expert.exchange(ctx, item[1], forward, ctx.routing.exchange[layer][mb])
-            b.collective(kind, nbytes, EP_STREAM, "ep", phase, mb, layer, name=item[1])
+            b.collective(kind, nbytes, EP_STREAM, expert.group_of(item[1]), phase, mb, layer,
+                         name=item[1])
             continue
         kernel = item[1]
         if kernel.name.startswith("experts_"):  # at the most loaded EP rank's pace
@@ -140,12 +141,13 @@ def moe_mlp_bytes(ctx: Context) -> float:
     expert input, first GEMM's output and activation output (2 bytes an
     element, as the dense MLP's 2h + 2(4h) + 2(4h) + h per token, its dropout
     mask aside), the router's fp32 probabilities, and the shared experts' MLP."""
-    m, sh = ctx.model, ctx.shard
+    m, sh, etp = ctx.model, ctx.shard, ctx.parallel.etp
     f = m.expert_ffn
     up = 2 * f if m.mlp is Mlp.SWIGLU else f
     routed = sh.tokens // sh.norm_split * m.top_k
-    out = sh.dtype_bytes * routed * (m.hidden + up + f) + 4.0 * sh.tokens // sh.norm_split \
-        * m.experts
+    # with expert tensor parallelism: the gathered inputs of etp ranks, 1/etp of the widths
+    out = sh.dtype_bytes * routed * (etp * m.hidden + up + f) + 4.0 * sh.tokens \
+        // sh.norm_split * m.experts
     if m.shared_experts:
         fs = m.shared_experts * f
         ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
@@ -436,7 +438,7 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
         kind = model.layer_kind(n)
         if kind != (False, False) and kind not in kinds:
             layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
-                model, shard, layer=n, ep=parallel.ep)))
+                model, shard, layer=n, ep=parallel.ep, etp=parallel.etp)), parallel.etp)
             kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
                            for f in (True, False)}
     micro_batches = parallel.micro_batches(training)
@@ -456,7 +458,7 @@ def static_memory(ctx: Context, stage: int) -> dict[str, float]:
     parallel = ctx.parallel
     edp = expert.expert_data_parallel(parallel)
     sizes = (parallel.tp, parallel.cp, parallel.dp * parallel.cp, parallel.pp) + (
-        (parallel.ep, edp) if ctx.model.experts else ())
+        (parallel.ep, edp, parallel.etp) if ctx.model.experts else ())
     communicators = sum(1 for size in sizes if size > 1)
     dense, experts = _stage_param_split(ctx, stage)
     states = model_state_bytes(dense, parallel.zero_stage, ctx.shards, ctx.plan.reduce_bytes)

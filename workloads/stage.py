@@ -59,7 +59,8 @@ class Context:
     def moe_params(self) -> tuple[int, int]:
         """(dense, expert) parameters of a MoE layer on one rank (its local experts)."""
         first = next(n for n in range(self.model.layers) if self.model.is_moe_layer(n))
-        kernels = K.layer_kernels(self.model, self.shard, layer=first, ep=self.parallel.ep)
+        kernels = K.layer_kernels(self.model, self.shard, layer=first, ep=self.parallel.ep,
+                                  etp=self.parallel.etp)
         expert = sum(k.params for k in kernels if k.name.startswith("experts_"))
         return sum(k.params for k in kernels) - expert, expert
 

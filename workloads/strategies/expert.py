@@ -34,6 +34,7 @@ from workloads.stage import Context, LayoutError
 from workloads.training import ParallelSpec, TrainingSpec
 
 DISPATCH, COMBINE = "dispatch", "combine"  # markers in a MoE layer's kernel sequence
+GATHER, SCATTER = "etp_gather", "etp_scatter"  # expert tensor parallelism's (etp > 1)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
@@ -50,9 +51,9 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     if model.experts % ep:
         raise LayoutError(f"model.experts ({model.experts}) must be divisible by "
                           f"parallelism.ep ({ep})")
-    if etp != 1:
-        raise LayoutError(f"parallelism.etp: {etp} is not modelled yet; allowed: 1 (each "
-                          "expert whole on one rank, Megatron-Core's usual MoE layout)")
+    if model.expert_ffn % etp:
+        raise LayoutError(f"model.expert_ffn_hidden ({model.expert_ffn}) must be divisible by "
+                          f"parallelism.etp ({etp})")
     ranks = parallel.tp * parallel.cp * parallel.dp
     if ranks % (etp * ep):
         raise LayoutError(f"parallelism.ep ({ep}) x etp ({etp}) must divide a stage's "
@@ -77,6 +78,7 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
     inner = [d for d in layout.order if d != "pp"]
     ep_groups: dict[tuple, list[int]] = {}
     edp_groups: dict[tuple, list[int]] = {}
+    etp_groups: dict[tuple, list[int]] = {}
     for rank in range(layout.world):
         coords = layout.coords(rank)
         index = 0
@@ -85,8 +87,13 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
         e_tp, e_p, e_dp = index % etp, (index // etp) % ep, index // (etp * ep)
         ep_groups.setdefault((coords["pp"], e_tp, e_dp), []).append(rank)
         edp_groups.setdefault((coords["pp"], e_tp, e_p), []).append(rank)
-    return {"ep": tuple(sorted(tuple(sorted(g)) for g in ep_groups.values())),
-            "edp": tuple(sorted(tuple(sorted(g)) for g in edp_groups.values()))}
+        if etp > 1:
+            etp_groups.setdefault((coords["pp"], e_p, e_dp), []).append(rank)
+    out = {"ep": tuple(sorted(tuple(sorted(g)) for g in ep_groups.values())),
+           "edp": tuple(sorted(tuple(sorted(g)) for g in edp_groups.values()))}
+    if etp > 1:
+        out["etp"] = tuple(sorted(tuple(sorted(g)) for g in etp_groups.values()))
+    return out
 
 
 def expert_data_parallel(parallel: ParallelSpec) -> int:
@@ -94,16 +101,19 @@ def expert_data_parallel(parallel: ParallelSpec) -> int:
     return parallel.tp * parallel.cp * parallel.dp // (parallel.etp * parallel.ep)
 
 
-def sequence(kernels: list) -> list:
+def sequence(kernels: list, etp: int = 1) -> list:
     """A MoE layer's sequence with the all-to-alls: dispatch before the experts'
-    first GEMM, combine after their last."""
+    first GEMM, combine after their last; with ``etp`` > 1 the received tokens are
+    all-gathered over the expert-tensor-parallel group after the dispatch and the
+    outputs reduce-scattered before the combine (Megatron-Core's dispatcher with
+    expert tensor parallelism: each rank holds 1/etp of every local expert)."""
     out: list = []
     for kernel in kernels:
         if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc1":
-            out.append(DISPATCH)
+            out += [DISPATCH, GATHER] if etp > 1 else [DISPATCH]
         out.append(kernel)
         if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc2":
-            out.append(COMBINE)
+            out += [SCATTER, COMBINE] if etp > 1 else [COMBINE]
     return out
 
 
@@ -111,6 +121,11 @@ def all_to_all_bytes(ctx: Context) -> float:
     """Bytes one rank's dispatch (or combine) sends: its tokens' routed copies."""
     sh, m = ctx.shard, ctx.model
     return sh.tokens // sh.norm_split * m.top_k * m.hidden * sh.dtype_bytes
+
+
+def group_of(step: str) -> str:
+    """The group a MoE layer's exchange ``step`` runs on."""
+    return "etp" if step in (GATHER, SCATTER) else "ep"
 
 
 def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Collective, float]:
@@ -124,6 +139,10 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
       each the group's whole tensor whatever the loads; the backward mirrors
       them (a gather's gradient is a reduce-scatter).
     """
+    if step in (GATHER, SCATTER):  # the EP group's receipts of every etp rank
+        gathers = (step == GATHER) == forward
+        return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), \
+            all_to_all_bytes(ctx) * load * ctx.parallel.etp
     if ctx.parallel.moe_token_dispatcher_type == "alltoall":
         return KIND, all_to_all_bytes(ctx) * load
     sh = ctx.shard
