@@ -120,10 +120,10 @@ def test_the_moe_layers_activations_replace_the_dense_mlps():
     fp32 probabilities."""
     s = from_dict(scenario(dp=16, ep=4))
     ctx = make_context(s.model, s.training, s.parallel)
-    from workloads.program import _layer_memory
+    from workloads.stage_memory import layer_memory
     t, h, f = 128, 256, 128
     expected = t * h * 15 + 2 * t * 2 * (h + 2 * f + f) + 4 * t * 8
-    assert _layer_memory(ctx, 0)[0] == pytest.approx(expected + 0.0)
+    assert layer_memory(ctx, 0)[0] == pytest.approx(expected + 0.0)
 
 
 @pytest.mark.parametrize("parallelism", [dict(dp=16, ep=4, zero=1),

@@ -25,13 +25,16 @@ from workloads import routing as routes
 from workloads.layout import Layout, parse_order
 from workloads.memory import (
     Recompute,
-    activation_bytes_per_layer,
-    communication_buffer_bytes,
-    model_state_bytes,
 )
-from workloads.models import Mlp, ModelSpec, padded_vocab
+from workloads.models import ModelSpec, padded_vocab
 from workloads.schedules import Step, steps_for
 from workloads.stage import Context, LayoutError, Stage, kernel_cost, plan_kernels
+from workloads.stage_memory import (
+    layer_memory,
+    memory_by_kind,
+    stage_param_split,
+    static_memory,
+)
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
 
@@ -108,53 +111,6 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
 
 
-def _layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
-    """(bytes kept between forward and backward, bytes while recomputing) of a
-    layer (a MoE layer's MLP block its own: ``moe_mlp_bytes``)."""
-    m, sh, t = ctx.model, ctx.shard, ctx.training
-    stored_mode = t.recompute
-    if stored_mode is Recompute.NONE and t.flash_attention:
-        stored_mode = Recompute.SELECTIVE  # fused attention keeps no score matrix
-    mlp = moe_mlp_bytes(ctx) if m.is_moe_layer(layer) else None
-    args = (ctx.training.seq_len // sh.cp, sh.micro_batch, m.hidden, m.heads, sh.tp,
-            sh.sequence_parallel)
-    kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp)
-    if stored_mode is not Recompute.FULL:
-        return kept, 0.0
-    return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
-                                            mlp_bytes=mlp) - kept
-
-
-def _memory_by_kind(ctx: Context) -> dict[bool, tuple[float, float]]:
-    """``_layer_memory`` of a dense layer (False) and, in a model with experts, of a
-    MoE layer (True)."""
-    out = {False: _layer_memory(ctx)}
-    if ctx.model.experts:
-        out[True] = _layer_memory(ctx, ctx.model.layers - 1 if ctx.model.is_moe_layer(
-            ctx.model.layers - 1) else ctx.model.first_dense_layers)
-    return out
-
-
-def moe_mlp_bytes(ctx: Context) -> float:
-    """Bytes a MoE layer's MLP block keeps for its backward on one rank, in place of
-    Korthikanti et al.'s 19 s b h / t of a dense MLP: each routed token copy's
-    expert input, first GEMM's output and activation output (2 bytes an
-    element, as the dense MLP's 2h + 2(4h) + 2(4h) + h per token, its dropout
-    mask aside), the router's fp32 probabilities, and the shared experts' MLP."""
-    m, sh, etp = ctx.model, ctx.shard, ctx.parallel.etp
-    f = m.expert_ffn
-    up = 2 * f if m.mlp is Mlp.SWIGLU else f
-    routed = sh.tokens // sh.norm_split * m.top_k
-    # with expert tensor parallelism: the gathered inputs of etp ranks, 1/etp of the widths
-    out = sh.dtype_bytes * routed * (etp * m.hidden + up + f) + 4.0 * sh.tokens \
-        // sh.norm_split * m.experts
-    if m.shared_experts:
-        fs = m.shared_experts * f
-        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
-        out += sh.dtype_bytes * sh.tokens * (m.hidden / sh.norm_split + (ups + fs) / sh.tp)
-    return out
-
-
 def _trace(ctx: Context, layers: list[int], forward: bool) -> list[tuple[int, int, object]]:
     """(layer, ``_layer_pass`` key, kernel) of each kernel with parameters, in the
     order a pass over ``layers`` runs them (forward plans for a recompute)."""
@@ -170,7 +126,7 @@ def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
     (``sharded.Coordinator``); a full recompute's forward gathers what its
     backward then uses."""
     ctx = b.ctx
-    kept, transient = _layer_memory(ctx)
+    kept, transient = layer_memory(ctx)
     recompute = not forward and ctx.training.recompute is Recompute.FULL
     for layer in (list(layers) if forward else list(layers)[::-1]):
         free = fetcher.release(layer)
@@ -200,7 +156,7 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     regather = forward or (fsdp.reshard_after_forward if fsdp else True)
     prefetch = fsdp.prefetch if fsdp else True
     early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
-    memory = _memory_by_kind(ctx)
+    memory = memory_by_kind(ctx)
     order = list(layers) if forward else list(layers)[::-1]
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     free = sharded.freed(ctx, ctx.layer_params) if zero3 and (
@@ -355,32 +311,12 @@ def _fetcher(b: Stage, forward: bool, mb: int) -> sharded.TensorFetcher | None:
     return b.coordinator.fetcher(b, forward, mb)
 
 
-def _stage_params(ctx: Context, stage: int) -> int:
-    """Parameters one rank of ``stage`` holds (tensor-parallel shard; its local
-    experts included)."""
-    return sum(_stage_param_split(ctx, stage))
-
-
-def _stage_param_split(ctx: Context, stage: int) -> tuple[int, int]:
-    """(dense, expert) parameters one rank of ``stage`` holds."""
-    p = ctx.parallel.pp
-    owned = [k for k in range(len(ctx.chunks)) if k % p == stage]
-    split = [ctx.params_of(layer) for k in owned for layer in ctx.chunks[k]]
-    total, experts = sum(d for d, _ in split), sum(e for _, e in split)
-    if 0 in owned:
-        total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
-    if ctx.last_virtual in owned:
-        total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
-                                                       owns_logits=ctx.owns_logits))
-    return total, experts
-
-
 def _finish_stage(b: Stage) -> None:
     """Tied-embedding sync, optimizer step and ZeRO 1/2 parameter all-gather."""
     ctx = b.ctx
     pipeline.tied_embedding_sync(b)
     zero = ctx.parallel.zero_stage
-    dense, experts = _stage_param_split(ctx, b.stage)
+    dense, experts = stage_param_split(ctx, b.stage)
     edp = expert.expert_data_parallel(ctx.parallel)
     optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0, ADAM_BYTES_PER_PARAM * (
         dense / (ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)))
@@ -451,22 +387,6 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
                    {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
                     for f in (True, False)},
                    parallel.gradient_plan(training), kinds, routing)
-
-
-def static_memory(ctx: Context, stage: int) -> dict[str, float]:
-    """Bytes a rank of ``stage`` holds all iteration: model states and NCCL's buffers."""
-    parallel = ctx.parallel
-    edp = expert.expert_data_parallel(parallel)
-    sizes = (parallel.tp, parallel.cp, parallel.dp * parallel.cp, parallel.pp) + (
-        (parallel.ep, edp, parallel.etp) if ctx.model.experts else ())
-    communicators = sum(1 for size in sizes if size > 1)
-    dense, experts = _stage_param_split(ctx, stage)
-    states = model_state_bytes(dense, parallel.zero_stage, ctx.shards, ctx.plan.reduce_bytes)
-    if experts:  # the distributed optimizer shards expert states over their replicas
-        for key, value in model_state_bytes(experts, parallel.zero_stage, edp,
-                                            ctx.plan.reduce_bytes).items():
-            states[key] += value
-    return {**states, "communication_buffers": communication_buffer_bytes(communicators)}
 
 
 def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,

@@ -1,0 +1,101 @@
+"""What one rank of a pipeline stage holds in memory: its parameters (dense and
+its experts'), its model states by ZeRO stage and NCCL buffers (``static_memory``),
+and the activations one layer keeps for its backward (``layer_memory``:
+Korthikanti et al. 2022, a MoE layer's MLP block its own, ``moe_mlp_bytes``).
+"""
+
+from __future__ import annotations
+
+from workloads import kernels as K
+from workloads.memory import (
+    Recompute,
+    activation_bytes_per_layer,
+    communication_buffer_bytes,
+    model_state_bytes,
+)
+from workloads.models import Mlp
+from workloads.stage import Context
+from workloads.strategies import expert
+
+
+def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
+    """(bytes kept between forward and backward, bytes while recomputing) of a
+    layer (a MoE layer's MLP block its own: ``moe_mlp_bytes``)."""
+    m, sh, t = ctx.model, ctx.shard, ctx.training
+    stored_mode = t.recompute
+    if stored_mode is Recompute.NONE and t.flash_attention:
+        stored_mode = Recompute.SELECTIVE  # fused attention keeps no score matrix
+    mlp = moe_mlp_bytes(ctx) if m.is_moe_layer(layer) else None
+    args = (ctx.training.seq_len // sh.cp, sh.micro_batch, m.hidden, m.heads, sh.tp,
+            sh.sequence_parallel)
+    kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp)
+    if stored_mode is not Recompute.FULL:
+        return kept, 0.0
+    return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
+                                            mlp_bytes=mlp) - kept
+
+
+def memory_by_kind(ctx: Context) -> dict[bool, tuple[float, float]]:
+    """``layer_memory`` of a dense layer (False) and, in a model with experts, of a
+    MoE layer (True)."""
+    out = {False: layer_memory(ctx)}
+    if ctx.model.experts:
+        out[True] = layer_memory(ctx, ctx.model.layers - 1 if ctx.model.is_moe_layer(
+            ctx.model.layers - 1) else ctx.model.first_dense_layers)
+    return out
+
+
+def moe_mlp_bytes(ctx: Context) -> float:
+    """Bytes a MoE layer's MLP block keeps for its backward on one rank, in place of
+    Korthikanti et al.'s 19 s b h / t of a dense MLP: each routed token copy's
+    expert input, first GEMM's output and activation output (2 bytes an
+    element, as the dense MLP's 2h + 2(4h) + 2(4h) + h per token, its dropout
+    mask aside), the router's fp32 probabilities, and the shared experts' MLP."""
+    m, sh, etp = ctx.model, ctx.shard, ctx.parallel.etp
+    f = m.expert_ffn
+    up = 2 * f if m.mlp is Mlp.SWIGLU else f
+    routed = sh.tokens // sh.norm_split * m.top_k
+    # with expert tensor parallelism: the gathered inputs of etp ranks, 1/etp of the widths
+    out = sh.dtype_bytes * routed * (etp * m.hidden + up + f) + 4.0 * sh.tokens \
+        // sh.norm_split * m.experts
+    if m.shared_experts:
+        fs = m.shared_experts * f
+        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
+        out += sh.dtype_bytes * sh.tokens * (m.hidden / sh.norm_split + (ups + fs) / sh.tp)
+    return out
+
+
+def stage_params(ctx: Context, stage: int) -> int:
+    """Parameters one rank of ``stage`` holds (tensor-parallel shard; its local
+    experts included)."""
+    return sum(stage_param_split(ctx, stage))
+
+
+def stage_param_split(ctx: Context, stage: int) -> tuple[int, int]:
+    """(dense, expert) parameters one rank of ``stage`` holds."""
+    p = ctx.parallel.pp
+    owned = [k for k in range(len(ctx.chunks)) if k % p == stage]
+    split = [ctx.params_of(layer) for k in owned for layer in ctx.chunks[k]]
+    total, experts = sum(d for d, _ in split), sum(e for _, e in split)
+    if 0 in owned:
+        total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
+    if ctx.last_virtual in owned:
+        total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
+                                                       owns_logits=ctx.owns_logits))
+    return total, experts
+
+
+def static_memory(ctx: Context, stage: int) -> dict[str, float]:
+    """Bytes a rank of ``stage`` holds all iteration: model states and NCCL's buffers."""
+    parallel = ctx.parallel
+    edp = expert.expert_data_parallel(parallel)
+    sizes = (parallel.tp, parallel.cp, parallel.dp * parallel.cp, parallel.pp) + (
+        (parallel.ep, edp, parallel.etp) if ctx.model.experts else ())
+    communicators = sum(1 for size in sizes if size > 1)
+    dense, experts = stage_param_split(ctx, stage)
+    states = model_state_bytes(dense, parallel.zero_stage, ctx.shards, ctx.plan.reduce_bytes)
+    if experts:  # the distributed optimizer shards expert states over their replicas
+        for key, value in model_state_bytes(experts, parallel.zero_stage, edp,
+                                            ctx.plan.reduce_bytes).items():
+            states[key] += value
+    return {**states, "communication_buffers": communication_buffer_bytes(communicators)}
