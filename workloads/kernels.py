@@ -169,6 +169,12 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
     return out
 
 
+def is_expert(kernel: Kernel) -> bool:
+    """A routed expert's kernel (``moe_kernels``): run at the busiest EP rank's load,
+    its weights reduced over the expert-data-parallel group."""
+    return kernel.name.startswith("experts_")
+
+
 def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None
                       ) -> list[Kernel]:
     """The attention core: one fused kernel (FlashAttention), or, unfused as in

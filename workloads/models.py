@@ -93,6 +93,11 @@ class ModelSpec:
         """One expert's hidden width (``ffn_hidden`` unless set)."""
         return self.expert_ffn_hidden or self.ffn_hidden
 
+    @property
+    def first_moe_layer(self) -> int | None:
+        """The first layer with routed experts (None in a dense model)."""
+        return next((n for n in range(self.layers) if self.is_moe_layer(n)), None)
+
     def is_moe_layer(self, layer: int | None) -> bool:
         """Whether transformer layer ``layer`` (0-based) has routed experts:
         after the first dense layers, every ``moe_layer_freq``-th layer

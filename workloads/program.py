@@ -49,10 +49,12 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
               forward: bool, overlap: bool = False) -> tuple[tuple, ...]:
     """One layer pass's items in order, worked out once per program (a large run
     has hundreds of thousands of passes): ``("tp", collective or None)`` for
-    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``;
-    with ``overlap`` (``tp_comm_overlap``) an all-gather and the GEMM after it, or a
-    GEMM and the reduce-scatter after it, become one ``("overlapped", collective,
-    flops, bytes, collective)`` (``tensor.overlapped``)."""
+    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``
+    (``"expert"`` for a routed expert's, scaled by its layer's load), ``("ep",
+    step)`` for a MoE layer's token exchanges; with ``overlap``
+    (``tp_comm_overlap``) an all-gather and the GEMM after it, or a GEMM and the
+    reduce-scatter after it, become one ``("overlapped", collective, flops, bytes,
+    collective)`` (``tensor.overlapped``)."""
     plan = []
     for item in sequence if forward else sequence[::-1]:
         if isinstance(item, str):  # a MoE layer's token all-to-all (``expert.sequence``)
@@ -63,7 +65,8 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
         elif item.name == "attention":
             plan.append(("attention", item))
         else:
-            plan.append(("kernel", item, *kernel_cost(item, not forward, training)))
+            plan.append(("expert" if K.is_expert(item) else "kernel", item,
+                         *kernel_cost(item, not forward, training)))
     return tuple(tensor.merge_overlaps(plan)) if overlap and shard.tp > 1 else tuple(plan)
 
 
@@ -95,9 +98,9 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
                          name=item[1])
             continue
         kernel = item[1]
-        if kernel.name.startswith("experts_"):  # at the most loaded EP rank's pace
+        if what == "expert":  # at the most loaded EP rank's pace
             scale = ctx.routing.scale[layer][mb]
-            item = (what, kernel, item[2] * scale, item[3] * scale, *item[4:])
+            item = (what, kernel, item[2] * scale, item[3] * scale)
         if fetch is not None:
             extra = fetch(layer, n if forward else -1 - n) or extra
         mem = mem_end if n == last else ()
@@ -107,7 +110,7 @@ def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None
             i = b.compute(kernel, phase, mb, layer, item[2], item[3], mem=mem, extra=extra)
         extra = ()
         if record and kernel.params:
-            grads = b.expert_grads if expert.is_expert_weight(kernel) else b.grads
+            grads = b.expert_grads if what == "expert" else b.grads
             grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
 
 

@@ -51,11 +51,7 @@ class Routing:
     imbalance: float  # mean over passes of the most loaded rank's copies / the mean rank's
     expert_imbalance: float  # mean over passes of the busiest expert's copies / the mean
     dropped: float  # fraction of copies dropped at capacity
-
-    @property
-    def varies(self) -> bool:
-        """Whether micro-batches differ (anything but balanced routing)."""
-        return any(np.ptp(v) > 0 or v[0] != 1.0 for v in self.scale.values())
+    varies: bool  # whether micro-batches differ (anything but balanced, undropped routing)
 
 
 def expert_shares(model: ModelSpec, rng: np.random.Generator, moe_index: int = 0
@@ -95,4 +91,5 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     passes = len(scale) * micro_batches
     return Routing(scale, exchange, float(np.mean(ranks_max)) if ranks_max else 1.0,
                    float(np.mean(experts_max)) if experts_max else 1.0,
-                   dropped / (total * passes) if passes else 0.0)
+                   dropped / (total * passes) if passes else 0.0,
+                   any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()))

@@ -46,10 +46,14 @@ class Context:
 
     def pass_plan(self, layer: int, forward: bool) -> tuple:
         """The pass plan of ``layer``: its kind's (a dense full-attention layer's is
-        ``passes``)."""
-        kind = self.model.layer_kind(layer)
-        return self.kind_passes[kind][forward] if kind in self.kind_passes else \
-            self.passes[forward]
+        ``passes``). A hot path: the plans are looked up per layer once."""
+        return self.layer_plans[layer][forward]
+
+    @cached_property
+    def layer_plans(self) -> tuple[dict, ...]:
+        """Each transformer layer's plans (forward? -> plan)."""
+        return tuple(self.kind_passes.get(self.model.layer_kind(n), self.passes)
+                     for n in range(self.model.layers))
 
     def params_of(self, layer: int) -> tuple[int, int]:
         """(dense, expert) parameters of ``layer`` on one rank."""
@@ -58,10 +62,9 @@ class Context:
     @cached_property
     def moe_params(self) -> tuple[int, int]:
         """(dense, expert) parameters of a MoE layer on one rank (its local experts)."""
-        first = next(n for n in range(self.model.layers) if self.model.is_moe_layer(n))
-        kernels = K.layer_kernels(self.model, self.shard, layer=first, ep=self.parallel.ep,
-                                  etp=self.parallel.etp)
-        expert = sum(k.params for k in kernels if k.name.startswith("experts_"))
+        kernels = K.layer_kernels(self.model, self.shard, layer=self.model.first_moe_layer,
+                                  ep=self.parallel.ep, etp=self.parallel.etp)
+        expert = sum(k.params for k in kernels if K.is_expert(k))
         return sum(k.params for k in kernels) - expert, expert
 
     @property
@@ -149,9 +152,11 @@ UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
 
 
 def plan_kernels(plan: Sequence[tuple]) -> list[tuple[int, K.Kernel]]:
-    """(position, kernel) of a layer pass plan's kernels, plain or pipelined with
-    tensor-parallel communication (``program.pass_plan``: the kernel is item 1)."""
-    return [(n, item[1]) for n, item in enumerate(plan) if item[0] in ("kernel", "overlapped")]
+    """(position, kernel) of a layer pass plan's kernels, plain, a routed expert's or
+    pipelined with tensor-parallel communication (``program.pass_plan``: the kernel
+    is item 1)."""
+    return [(n, item[1]) for n, item in enumerate(plan)
+            if item[0] in ("kernel", "expert", "overlapped")]
 
 
 def kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tuple[float, float]:

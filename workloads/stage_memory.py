@@ -40,8 +40,7 @@ def memory_by_kind(ctx: Context) -> dict[bool, tuple[float, float]]:
     MoE layer (True)."""
     out = {False: layer_memory(ctx)}
     if ctx.model.experts:
-        out[True] = layer_memory(ctx, ctx.model.layers - 1 if ctx.model.is_moe_layer(
-            ctx.model.layers - 1) else ctx.model.first_dense_layers)
+        out[True] = layer_memory(ctx, ctx.model.first_moe_layer)
     return out
 
 

@@ -24,6 +24,7 @@ from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, plan_kernels
+from workloads.strategies.expert import expert_data_parallel
 from workloads.training import ParallelSpec, TrainingSpec
 
 
@@ -54,7 +55,7 @@ def bucket_reduces(b: Stage, chunk: int) -> None:
         return  # FSDP-style ZeRO-3 reduces layer by layer (sharded.reduce_layer)
     if ctx.parallel.dp * ctx.shard.cp > 1:
         _reduce(b, chunk, sorted(grads), ctx.dp_group, "")
-    if experts and expert_replicas(ctx) > 1:
+    if experts and expert_data_parallel(ctx.parallel) > 1:
         _reduce(b, chunk, sorted(experts), "edp", "experts ")
 
 
@@ -66,12 +67,6 @@ def _reduce(b: Stage, chunk: int, grads: list, group: str, label: str) -> None:
         b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, group,
                                       Phase.BACKWARD, -1, -1, deps=(ready,), blocking=False,
                                       name=f"{label}{kind.value}[{chunk}.{n}]"))
-
-
-def expert_replicas(ctx: Context) -> int:
-    """The ``edp`` group's size (tp x cp x dp / (etp x ep))."""
-    p = ctx.parallel
-    return p.tp * p.cp * p.dp // (p.etp * p.ep)
 
 
 def bucket_cap(ctx: Context, chunk: int) -> float:
@@ -103,7 +98,7 @@ def chunk_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
     for layer in reversed(ctx.chunks[k]):
         tensors += [(layer, kernel.params) for _, kernel in
                     plan_kernels(ctx.pass_plan(layer, False))
-                    if kernel.params and not kernel.name.startswith("experts_")]
+                    if kernel.params and not K.is_expert(kernel)]
     if k == 0:
         tensors.append((-1, K.embedding_kernels(m, ctx.shard, vocab=ctx.vocab)[0].params))
     return tensors
@@ -113,7 +108,7 @@ def expert_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
     """(layer, parameters) of virtual stage ``k``'s expert tensors, in gradient order."""
     return [(layer, kernel.params) for layer in reversed(ctx.chunks[k])
             for _, kernel in plan_kernels(ctx.pass_plan(layer, False))
-            if kernel.params and kernel.name.startswith("experts_")]
+            if kernel.params and K.is_expert(kernel)]
 
 
 def gather_parameters_ahead(b: Stage) -> None:
@@ -126,7 +121,8 @@ def gather_parameters_ahead(b: Stage) -> None:
     for chunk in range(ctx.parallel.virtual_stages):
         k = chunk * p + b.stage
         ready = _gather_ahead(b, chunk, chunk_tensors(ctx, k), ctx.dp_group, "")
-        if expert_replicas(ctx) > 1:  # a MoE layer's first forward waits for both
+        if expert_data_parallel(ctx.parallel) > 1:  # a MoE layer's first forward waits for
+            # both its dense and its experts' gathers
             for layer, i in _gather_ahead(b, chunk, expert_tensors(ctx, k), "edp",
                                           "experts ").items():
                 ready[layer] = i if layer not in ready else max(ready[layer], i)
@@ -161,7 +157,8 @@ def gather_updated_parameters(b: Stage, params: int, experts: int = 0) -> None:
         return
     cap = ctx.plan.bucket_bytes * PARAM_BYTES / ctx.plan.reduce_bytes
     for count, group, label, size in ((params, ctx.dp_group, "", ctx.shards),
-                                      (experts, "edp", "experts ", expert_replicas(ctx))):
+                                      (experts, "edp", "experts ",
+                                       expert_data_parallel(ctx.parallel))):
         if count == 0 or size <= 1:
             continue
         for n, part in enumerate(split_bytes(PARAM_BYTES * count, cap)):

@@ -35,6 +35,7 @@ from workloads.training import ParallelSpec, TrainingSpec
 
 DISPATCH, COMBINE = "dispatch", "combine"  # markers in a MoE layer's kernel sequence
 GATHER, SCATTER = "etp_gather", "etp_scatter"  # expert tensor parallelism's (etp > 1)
+KIND = Collective.ALL_TO_ALL  # the dispatcher's exchange (alltoall)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
@@ -150,10 +151,3 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
     gathers = (step == DISPATCH) == forward
     return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), whole
 
-
-def is_expert_weight(kernel: K.Kernel) -> bool:
-    """Kernels whose weights are experts' (reduced over ``edp``, not ``dp``)."""
-    return kernel.name.startswith("experts_")
-
-
-KIND = Collective.ALL_TO_ALL
