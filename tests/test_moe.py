@@ -77,7 +77,12 @@ def test_expert_groups_partition_a_stages_ranks():
     (dict(etp=3, ep=1, dp=16), {}, r"model.expert_ffn_hidden \(128\) must be divisible by "
                                     r"parallelism.etp \(3\)"),
     (dict(ep=2, dp=16), {"experts": 0}, r"parallelism.ep \(2\) and etp \(1\) need a model"),
-    (dict(ep=4, dp=16, zero=3), {}, "parallelism.zero 3 and fsdp are not modelled"),
+    (dict(ep=4, dp=16, fsdp={"sharding": "hybrid_shard"}), {},
+     "parallelism.fsdp.sharding: hybrid_shard is not modelled with experts"),
+    (dict(ep=4, dp=16, fsdp={"no_sync": True}), {},
+     "fsdp.no_sync: true .* needs fsdp.reshard_after_forward: false"),
+    (dict(ep=4, dp=16, framework="deepspeed"), {},
+     "parallelism.framework: 'deepspeed' with experts is not modelled"),
     (dict(ep=4, dp=16), {"top_k": 9}, r"model.top_k \(9\) must be at most"),
 ])
 def test_bad_expert_layouts_name_the_key(parallelism, model, match):
@@ -309,3 +314,69 @@ def test_expert_tensor_parallelism_splits_each_expert_and_gathers_its_tokens():
     assert {k for k, v in etp["collective"].value_counts().items() if v} == {
         "all_gather", "reduce_scatter"}
     assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+def fsdp_scenario(**fsdp) -> dict:
+    return scenario(dp=16, ep=4, framework="pytorch", fsdp=fsdp)
+
+
+def test_fsdp_gathers_dense_parameters_over_dp_and_experts_over_their_replicas():
+    """FSDP with experts (Megatron-FSDP, AutoModel's FSDP2): a MoE layer is two
+    units, its dense parameters sharded over the 16 data-parallel ranks, its 2
+    local experts over their 4 replicas; each gathered before the layer's forward
+    and again before its backward, each reduce-scattered after every backward
+    (FSDP without a pipeline syncs every micro-batch)."""
+    raw = fsdp_scenario()
+    result = run(raw)
+    s = from_dict(raw)
+    ctx = make_context(s.model, s.training, s.parallel)
+    dense, experts = ctx.moe_params
+    assert experts == 2 * 3 * 256 * 128
+    comms, micro, layers = result.comms, 2, 4
+    edp = comms[comms["group"] == "edp"]
+    gathers = edp[edp["collective"] == "all_gather"]
+    scatters = edp[edp["collective"] == "reduce_scatter"]
+    assert set(gathers["bytes"]) == {2 * experts}
+    assert set(scatters["bytes"]) == {2 * experts}  # bf16: PyTorch reduces in param dtype
+    assert len(gathers) == layers * micro * 2 * 4  # forward and backward, 4 replica groups
+    assert len(scatters) == layers * micro * 4
+    dp = comms[(comms["group"] == "dp") & (comms["bytes"] == 2 * dense)
+               & (comms["collective"] == "all_gather")]
+    assert len(dp) == layers * micro * 2  # the other dp calls: the embedding and the head
+    states = static_memory(ctx, 0)
+    assert states["parameters"] == pytest.approx(
+        2 * (K.parameter_count(s.model, 128) - 4 * 4 * experts) / 16 + 2 * 4 * experts / 4)
+    assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+def test_fsdp_no_sync_gathers_once_and_reduces_after_the_last_micro_batch():
+    """``fsdp.no_sync`` (AutoModel's deferred sync and resharding): each unit
+    gathered by the first micro-batch's forward only, reduce-scattered after the
+    last backward only, the gradients held unsharded meanwhile."""
+    raw = fsdp_scenario(reshard_after_forward=False, no_sync=True)
+    result = run(raw)
+    spans = result.spans_of([0])
+    for kind, micro_batch in (("all_gather", 0), ("reduce_scatter", 1)):
+        calls = spans[(spans["stream"] == "dp") & (spans["name"] == kind)]
+        assert len(calls) == 4 * 2 + 1  # 4 layers' dense and expert units, embedding/head
+        assert set(calls["microbatch"]) == {micro_batch}
+    s = from_dict(raw)
+    ctx = make_context(s.model, s.training, s.parallel)
+    gradients = static_memory(ctx, 0)["gradients"]
+    local = ctx.moe_params[1]  # a layer's 2 local experts, of the 8
+    assert gradients == pytest.approx(2 * (K.parameter_count(s.model, 128) - 4 * 4 * local
+                                           + 4 * local))
+    assert_same_run(result, run({**raw, "simulation": {"symmetry": "full"}}))
+
+
+@pytest.mark.parametrize(("routing", "ranks"), [
+    ("round_robin", 1.0),  # token i's experts 2i and 2i + 1 share a rank
+    ("balanced", 4 * (1 - 15 / 28)),  # 2 of 8 experts: no hit on a rank of 2: C(6,2)/C(8,2)
+])
+def test_the_flex_dispatcher_sends_a_token_once_per_rank_holding_its_experts(routing, ranks):
+    raw = scenario(dp=16, ep=4, moe_token_dispatcher_type="flex")
+    raw["model"]["routing"] = routing
+    ep = run(raw).comms
+    ep = ep[ep["group"] == "ep"]
+    assert set(ep["collective"]) == {"all_to_all"}
+    assert ep["bytes"].iloc[0] == pytest.approx(128 * ranks * 256 * 2)

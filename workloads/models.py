@@ -51,7 +51,8 @@ class ModelSpec:
     capacity_factor: float | None = setting(number(0.01), None)  # None: dropless
     router: str = setting(choice(["softmax", "sigmoid"]), "softmax")  # score function
     # how tokens spread over the experts (``workloads.routing``), seeded by the scenario
-    routing: str = setting(choice(["uniform", "balanced", "zipf", "histogram"]), "uniform")
+    routing: str = setting(choice(["uniform", "balanced", "round_robin", "zipf", "histogram"]),
+                           "uniform")
     routing_skew: float = setting(number(0.0), 1.0)  # zipf: popularity ~ 1 / rank^skew
     # histogram: each expert's share of the tokens, one row for every MoE layer or one per
     # MoE layer in order (read from model.routing_histogram by the scenario loader)

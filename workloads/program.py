@@ -70,18 +70,19 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
     return tuple(tensor.merge_overlaps(plan)) if overlap and shard.tp > 1 else tuple(plan)
 
 
-def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: int | None = None,
+def _layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),
                 mem_end: tuple = (), record: bool = False, fetch=None) -> None:
-    """One layer's forward (or backward) on one micro-batch; ``fetch(layer, key)``
-    (DeepSpeed ZeRO-3's ``sharded.TensorFetcher.wait``) gives the all-gathers a
-    kernel waits for, keyed by its plan position (``-1 - n`` in a backward)."""
+    """One layer's forward (or backward) on one micro-batch, its first kernel
+    after the ZeRO-3 ``gather``; ``fetch(layer, key)`` (DeepSpeed ZeRO-3's
+    ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
+    by its plan position (``-1 - n`` in a backward)."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.pass_plan(layer, forward)
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
-    if gather is not None and sharded.copy_out(b, layer, phase, mb, gather):
-        gather = None  # FSDP2's copy-out waited for it; the kernels wait for the copy
-    extra = (gather,) if gather is not None else ()
+    if gather and sharded.copy_out(b, layer, phase, mb, gather):
+        gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
+    extra = gather
     last = len(plan) - 1
     for n, item in enumerate(plan):
         what = item[0]
@@ -134,13 +135,13 @@ def _chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
     for layer in (list(layers) if forward else list(layers)[::-1]):
         free = fetcher.release(layer)
         if forward:
-            _layer_pass(b, layer, mb, True, None, ((kept, "activations"),) + free,
+            _layer_pass(b, layer, mb, True, (), ((kept, "activations"),) + free,
                         fetch=fetcher.wait)
             continue
         if recompute:
-            _layer_pass(b, layer, mb, True, None, ((transient, "activations"),),
+            _layer_pass(b, layer, mb, True, (), ((transient, "activations"),),
                         fetch=fetcher.wait)
-        _layer_pass(b, layer, mb, False, None, ((-kept - transient, "activations"),) + free,
+        _layer_pass(b, layer, mb, False, (), ((-kept - transient, "activations"),) + free,
                     record, fetch=fetcher.wait)
 
 
@@ -156,18 +157,17 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
         _chunk_layers_per_tensor(b, layers, mb, forward, record, fetcher)
         return None
     fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
-    regather = forward or (fsdp.reshard_after_forward if fsdp else True)
+    regather = zero3 and sharded.gathers(ctx, forward, mb)
+    frees = zero3 and sharded.frees(ctx, forward, record)
     prefetch = fsdp.prefetch if fsdp else True
     early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
     memory = memory_by_kind(ctx)
     order = list(layers) if forward else list(layers)[::-1]
     phase = Phase.FORWARD if forward else Phase.BACKWARD
-    free = sharded.freed(ctx, ctx.layer_params) if zero3 and (
-        not forward or fsdp is None or fsdp.reshard_after_forward) else ()
-    pending = sharded.gather(b, order[0], phase, mb, b.last_compute) if (
-        zero3 and regather and order) else None
+    pending = _gather_next(b, order[0], phase, mb, None) if regather and order else None
     for n, layer in enumerate(order):
         kept, transient = memory[ctx.model.is_moe_layer(layer)]
+        free = sharded.freed_layer(ctx, layer) if frees else ()
         nxt = order[n + 1] if n + 1 < len(order) else (then[0] if then else None)
         unit = then[1] if then and n + 1 == len(order) else None
         ahead = zero3 and (regather or unit is not None) and nxt is not None
@@ -176,33 +176,43 @@ def _chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
         # prefetch and its BACKWARD_PRE backward prefetch do); with BACKWARD_POST or
         # without prefetch, when this layer's compute ends, still ahead of the
         # reduce-scatter (FSDP runs them on two streams).
-        upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute, unit) if (
+        upcoming = _gather_next(b, nxt, phase, mb, unit) if (
             ahead and prefetch and early) else None
         if forward:
-            if pending is None:
-                pending = b.param_ready.pop(layer, None)  # overlap_param_gather
-            _layer_pass(b, layer, mb, True, pending, ((kept, "activations"),) + free)
+            if pending is None and layer in b.param_ready:  # overlap_param_gather
+                pending = (b.param_ready.pop(layer),)
+            _layer_pass(b, layer, mb, True, pending or (), ((kept, "activations"),) + free)
         else:
             if ctx.training.recompute is Recompute.FULL:
-                _layer_pass(b, layer, mb, True, pending, ((transient, "activations"),))
+                _layer_pass(b, layer, mb, True, pending or (), ((transient, "activations"),))
                 pending = None
-            _layer_pass(b, layer, mb, False, pending,
+            _layer_pass(b, layer, mb, False, pending or (),
                         ((-kept - transient, "activations"),) + free, record)
         if ahead and upcoming is None:
-            upcoming = sharded.gather(b, nxt, phase, mb, b.last_compute, unit)
+            upcoming = _gather_next(b, nxt, phase, mb, unit)
         if zero3 and record and not forward:
             sharded.reduce_layer(b, layer, mb)
         pending = upcoming
     return pending
 
 
+def _gather_next(b: Stage, nxt: int, phase: Phase, mb: int, unit: int | None):
+    """The ZeRO-3 gathers of layer ``nxt`` (a tuple), or of the unit of ``unit``
+    parameters used after a chunk's last layer (its one gather)."""
+    if unit is not None:
+        return sharded.gather(b, nxt, phase, mb, b.last_compute, unit)
+    return sharded.gather_layer(b, nxt, phase, mb, b.last_compute)
+
+
 def _embedding(b: Stage, mb: int, forward: bool, record: bool,
-               unit: int | None = None, fetcher: sharded.TensorFetcher | None = None) -> None:
+               unit: int | None = None, fetcher: sharded.TensorFetcher | None = None,
+               owns: bool = False) -> None:
     """Token embedding (and its tensor-parallel reduction); ``unit``: its ZeRO-3
-    gather, freed after use and reduce-scattered after a recorded backward;
-    ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases its tables. Under
-    FSDP1's root unit (``sharded.root_params``) the forward gathers the root and
-    the backward frees it and reduce-scatters its gradients."""
+    gather; ``owns``: whether it is a ZeRO-3 unit, freed after use (under
+    ``fsdp.no_sync`` after the last backward) and reduce-scattered after a
+    recorded backward; ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases
+    its tables. Under FSDP1's root unit (``sharded.root_params``) the forward
+    gathers the root and the backward frees it and reduce-scatters its gradients."""
     ctx = b.ctx
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     kernel = K.embedding_kernels(ctx.model, sh, vocab=ctx.vocab)[0]
@@ -213,36 +223,40 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool,
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
     flops, cost = kernel_cost(kernel, not forward, ctx.training)
     root = sharded.root_params(ctx)
-    if root and forward:
+    if root and sharded.gathers(ctx, True, mb) and forward:
         unit = sharded.gather(b, -1, phase, mb, b.last_compute, root)
     ready = b.param_ready.pop(-1, None) if forward else None
     extra = tuple(x for x in (ready, unit) if x is not None)
     owned = root or kernel.params  # what it frees and reduces
-    frees = not forward if root else unit is not None
+    frees = (not forward and sharded.frees(ctx, False, record)) if root else \
+        owns and sharded.unit_frees(ctx, forward, record, unit is not None)
     free = sharded.freed(ctx, owned) if frees else ()
     if fetcher is not None:
         extra, free = extra + fetcher.wait(-1, "embedding"), fetcher.release(-1)
     i = b.compute(kernel, phase, mb, -1, flops, cost, mem=free, extra=extra)
     if record:
         b.grads.setdefault(-1, []).append((i, ctx.plan.reduce_bytes * kernel.params))
-        if unit is not None or root:
+        if owns or root:
             sharded.reduce_layer(b, -1, mb, owned)
     if forward and sh.tp > 1:
         b.collective(kind, nbytes, TP_STREAM, "tp", phase, mb, -1)
 
 
 def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = None,
-          fetcher: sharded.TensorFetcher | None = None) -> None:
+          fetcher: sharded.TensorFetcher | None = None, owns: bool = False) -> None:
     """Final norm, vocabulary-parallel logits and cross-entropy (with its small
     tensor-parallel all-reduces of per-token maxima and sums); ``unit``: its ZeRO-3
-    gather, freed after use and reduce-scattered after a recorded backward;
-    ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases its weights."""
+    gather; ``owns``: whether it is a ZeRO-3 unit, freed after use (under
+    ``fsdp.no_sync`` after the last backward) and reduce-scattered after a
+    recorded backward; ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases
+    its weights."""
     ctx = b.ctx
     sh, m = ctx.shard, ctx.model
     phase, layer = Phase.FORWARD if forward else Phase.BACKWARD, m.layers
     kernels = K.head_kernels(m, sh, vocab=ctx.vocab, owns_logits=ctx.owns_logits)
     held = sh.tokens * (ctx.vocab // sh.tp) * (sh.dtype_bytes + 4)
     sequence = kernels if forward else kernels[::-1]
+    frees = owns and sharded.unit_frees(ctx, forward, record, unit is not None)
     for n, kernel in enumerate(sequence):
         if kernel.name == "logits" and sh.tp > 1 and sh.sequence_parallel:
             kind = Collective.ALL_GATHER if forward else Collective.REDUCE_SCATTER
@@ -250,7 +264,7 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
                          mb, layer)
         flops, nbytes = kernel_cost(kernel, not forward, ctx.training)
         mem = ((held if forward else -held, "activations"),) if n == len(sequence) - 1 else ()
-        if unit is not None and n == len(sequence) - 1:
+        if frees and n == len(sequence) - 1:
             mem += sharded.freed(ctx, sharded.head_params(ctx, False))
         ready = b.param_ready.pop(layer, None) if forward else None
         extra = tuple(x for x in (ready, unit if n == 0 else None) if x is not None)
@@ -263,7 +277,7 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
         if kernel.name == "loss" and forward and sh.tp > 1:
             b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
-    if record and unit is not None:
+    if record and owns:
         sharded.reduce_layer(b, layer, mb, sharded.head_params(ctx))
 
 
@@ -276,26 +290,29 @@ def _step(b: Stage, step: Step) -> None:
     last = not step.forward and mb == ctx.micro_batches - 1
     record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
     head, embedding = sharded.units(ctx, k)  # ZeRO-3: the embedding and the head are units
+    gathers = sharded.gathers(ctx, step.forward, mb)  # their gathers, as the layers'
     fetcher = _fetcher(b, step.forward, mb)
     if step.forward:
         if k > 0:
             pipeline.receive(b, k, True, mb, layers.start)
         else:
-            _embedding(b, mb, True, False, sharded.gather_unit(b, embedding, Phase.FORWARD, mb),
-                       fetcher)
-        ready = _chunk_layers(b, layers, mb, True, False, head, fetcher)
+            _embedding(b, mb, True, False, sharded.gather_unit(
+                b, embedding if gathers else None, Phase.FORWARD, mb), fetcher, bool(embedding))
+        ready = _chunk_layers(b, layers, mb, True, False, head if gathers else None, fetcher)
         if k == ctx.last_virtual:
-            _head(b, mb, True, False, ready, fetcher)
+            _head(b, mb, True, False, ready, fetcher, bool(head))
         else:
             pipeline.send(b, k, True, mb, layers.stop - 1)
         return
     if k < ctx.last_virtual:
         pipeline.receive(b, k, False, mb, layers.stop - 1)
     else:
-        _head(b, mb, False, record, sharded.gather_unit(b, head, Phase.BACKWARD, mb), fetcher)
-    ready = _chunk_layers(b, layers, mb, False, record, embedding, fetcher)
+        _head(b, mb, False, record, sharded.gather_unit(
+            b, head if gathers else None, Phase.BACKWARD, mb), fetcher, bool(head))
+    ready = _chunk_layers(b, layers, mb, False, record, embedding if gathers else None,
+                          fetcher)
     if k == 0:
-        _embedding(b, mb, False, record, ready, fetcher)
+        _embedding(b, mb, False, record, ready, fetcher, bool(embedding))
     else:
         pipeline.send(b, k, False, mb, layers.start)
     if last:

@@ -2,7 +2,12 @@
 expert-parallel rank, receives in every micro-batch, drawn from a seeded
 distribution (``model.routing``):
 
-- ``balanced``: every expert gets the same share (an ideal router);
+- ``balanced``: every expert gets the same share (an ideal router; a token's
+  experts independent of where they live, as Megatron-Core's forced load
+  balancing draws them);
+- ``round_robin``: every expert the same share, token i's experts side by side:
+  i k ... i k + k - 1 modulo the experts (NeMo AutoModel's ``FakeBalancedGate``),
+  so a token's copies mostly share a rank;
 - ``uniform``: each copy goes to an expert drawn uniformly at random, so the
   counts are multinomial (the fluctuation of a router with no preference);
 - ``zipf``: expert popularity falls as 1 / rank^``routing_skew``, the ranking
@@ -30,7 +35,7 @@ less and wait at the combine).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace  # noqa: F401 (replace: doctests)
 
 import numpy as np
 
@@ -52,6 +57,29 @@ class Routing:
     expert_imbalance: float  # mean over passes of the busiest expert's copies / the mean
     dropped: float  # fraction of copies dropped at capacity
     varies: bool  # whether micro-batches differ (anything but balanced, undropped routing)
+    ranks_per_token: float = 1.0  # EP ranks holding a token's experts, on average
+
+
+def ranks_per_token(model: ModelSpec, ep: int) -> float:
+    """The mean number of EP ranks (of ``ep``, each holding experts / ep
+    consecutive experts) that hold one of a token's ``top_k`` experts: what a
+    dispatcher that sends a token once per rank (DeepEP) moves, per token.
+    ``round_robin`` routing: its exact mean over a period of tokens; otherwise the
+    experts are taken as drawn without regard to where they live, so a rank
+    holds none of them with probability C(E - E/ep, k) / C(E, k) (hypergeometric).
+
+    >>> from workloads.models import MODELS
+    >>> qwen = MODELS["qwen3-30b-a3b"]  # 128 experts, top 8
+    >>> ranks_per_token(replace(qwen, routing="round_robin"), 8)
+    1.0
+    >>> round(ranks_per_token(qwen, 8), 3)
+    5.339
+    """
+    e, k = model.experts, model.top_k
+    if model.routing == "round_robin":
+        local = e // ep
+        return sum(len({(i * k + j) % e // local for j in range(k)}) for i in range(e)) / e
+    return ep * (1.0 - math.comb(e - e // ep, k) / math.comb(e, k))
 
 
 def expert_shares(model: ModelSpec, rng: np.random.Generator, moe_index: int = 0
@@ -75,7 +103,7 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     layers = [n for n in range(model.layers) if model.is_moe_layer(n)]
     for index, layer in enumerate(layers):
         rng = np.random.default_rng([seed, ROUTING_SEED, layer])
-        if model.routing == "balanced":
+        if model.routing in ("balanced", "round_robin"):
             counts = np.full((micro_batches, experts), total / experts)
         else:
             counts = rng.multinomial(total, expert_shares(model, rng, index),
@@ -92,4 +120,5 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     return Routing(scale, exchange, float(np.mean(ranks_max)) if ranks_max else 1.0,
                    float(np.mean(experts_max)) if experts_max else 1.0,
                    dropped / (total * passes) if passes else 0.0,
-                   any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()))
+                   any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()),
+                   ranks_per_token(model, ep))

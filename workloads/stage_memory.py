@@ -97,4 +97,6 @@ def static_memory(ctx: Context, stage: int) -> dict[str, float]:
         for key, value in model_state_bytes(experts, parallel.zero_stage, edp,
                                             ctx.plan.reduce_bytes).items():
             states[key] += value
+    if parallel.fsdp is not None and parallel.fsdp.no_sync:  # accumulated unsharded
+        states["gradients"] = ctx.plan.reduce_bytes * (dense + experts)
     return {**states, "communication_buffers": communication_buffer_bytes(communicators)}

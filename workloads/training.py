@@ -84,6 +84,12 @@ class FsdpSpec:
     # (fully_shard: per-parameter shards, whose gathered buffer a copy-out kernel on
     # the compute stream splits into the parameters); default: 2 under torchtitan
     version: int | None = setting(choice([1, 2]), None)
+    # gradient accumulation without syncing (FSDP1's no_sync(); FSDP2's
+    # set_requires_gradient_sync(False) with set_reshard_after_backward(False), as NeMo
+    # AutoModel's MoE recipes run it): gradients accumulate unsharded and are
+    # reduce-scattered after the last micro-batch only, and the parameters the first
+    # micro-batch's forward gathers stay gathered until then
+    no_sync: bool = setting(boolean, False)
 
     @property
     def zero(self) -> int:
@@ -139,9 +145,12 @@ class ParallelSpec:
     # data parallelism, over which expert gradients are reduced)
     ep: int = setting(integer(1), 1)
     etp: int = setting(integer(1), 1)
-    # how a MoE layer moves tokens to its experts (Megatron-Core's flag): alltoall, or
-    # allgather (every rank gathers the group's tokens, reduce-scatters the outputs)
-    moe_token_dispatcher_type: str = setting(choice(["alltoall", "allgather"]), "alltoall")
+    # how a MoE layer moves tokens to its experts (Megatron-Core's flag): alltoall (a
+    # copy per routed expert), allgather (every rank gathers the group's tokens,
+    # reduce-scatters the outputs) or flex (DeepEP / HybridEP: a token sent once to
+    # each rank holding any of its experts, its outputs summed there for the return)
+    moe_token_dispatcher_type: str = setting(choice(["alltoall", "allgather", "flex"]),
+                                             "alltoall")
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage
@@ -193,7 +202,7 @@ class ParallelSpec:
         torch.distributed.pipelining turns the sync off until each stage's last
         micro-batch). The others reduce at the last."""
         if self.fsdp is not None:
-            return self.pp == 1
+            return self.pp == 1 and not self.fsdp.no_sync
         return self.framework is Framework.DEEPSPEED and self.zero >= 2
 
     def gradient_plan(self, training: TrainingSpec) -> GradientPlan:

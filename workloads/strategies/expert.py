@@ -62,12 +62,9 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     if parallel.tp > 1 and not parallel.sequence_parallel:
         raise LayoutError("parallelism.sequence_parallel must be true with tp > 1 in a model "
                           "with experts (Megatron-Core requires it for MoE layers)")
-    if parallel.zero_stage >= 3 or parallel.fsdp is not None:
-        raise LayoutError("parallelism.zero 3 and fsdp are not modelled with experts yet; "
-                          "allowed: zero 0, 1 or 2 (Megatron-Core's distributed optimizer)")
-    if parallel.deepspeed_zero3 is not None or parallel.framework.value != "megatron":
-        raise LayoutError(f"parallelism.framework: {parallel.framework.value!r} with experts "
-                          "is not modelled yet; allowed: megatron")
+    if parallel.framework.value == "deepspeed":
+        raise LayoutError("parallelism.framework: 'deepspeed' with experts is not modelled "
+                          "yet; allowed: megatron, pytorch, torchtitan")
 
 
 def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -135,6 +132,8 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
     layer and micro-batch (``routing.Routing.exchange``).
 
     - ``alltoall``: each rank's routed copies, both ways;
+    - ``flex`` (DeepEP): each token once to every rank holding one of its
+      experts (``routing.ranks_per_token`` of its ``top_k`` copies), both ways;
     - ``allgather``: the dispatch all-gathers the EP group's tokens (every rank
       picks its experts' copies), the combine reduce-scatters the outputs back,
       each the group's whole tensor whatever the loads; the backward mirrors
@@ -146,6 +145,8 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
             all_to_all_bytes(ctx) * load * ctx.parallel.etp
     if ctx.parallel.moe_token_dispatcher_type == "alltoall":
         return KIND, all_to_all_bytes(ctx) * load
+    if ctx.parallel.moe_token_dispatcher_type == "flex":  # once per rank, not per expert
+        return KIND, all_to_all_bytes(ctx) * load * ctx.routing.ranks_per_token / ctx.model.top_k
     sh = ctx.shard
     whole = ctx.parallel.ep * sh.tokens // sh.norm_split * ctx.model.hidden * sh.dtype_bytes
     gathers = (step == DISPATCH) == forward

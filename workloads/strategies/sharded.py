@@ -6,7 +6,14 @@ FSDP (and ZeRO-3 under Megatron or PyTorch): each layer's parameters are
 all-gathered as one flat unit before its forward (and again before its
 backward when resharding), prefetching one layer ahead, and its gradients
 reduce-scattered after its backward; hybrid sharding reduce-scatters inside
-the shard group (a server) and all-reduces the shard across replicas.
+the shard group (a server) and all-reduces the shard across replicas. In a
+model with experts a MoE layer is two units, as Megatron-FSDP and NeMo
+AutoModel's FSDP2 wrap it: its dense parameters sharded over the data-parallel
+group, its local experts over their replicas (``edp``; none to gather or
+reduce when the expert-parallel group spans them all). With ``fsdp.no_sync``
+gradients accumulate unsharded and are reduce-scattered after the last
+micro-batch only, and the parameters gathered by the first micro-batch's
+forward stay gathered until then (``gathers``, ``frees``).
 
 DeepSpeed ZeRO-3 (``TensorFetcher``): one all-gather per module, prefetched by
 element count, small tensors persistent; its gradients go through the
@@ -24,6 +31,7 @@ from workloads.layout import Layout
 from workloads.memory import PARAM_BYTES, Recompute
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, plan_kernels
+from workloads.strategies.expert import expert_data_parallel
 from workloads.training import ParallelSpec, Sharding, TrainingSpec
 
 
@@ -40,6 +48,14 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
         raise LayoutError(f"fsdp hybrid_shard: parallelism.dp ({parallel.dp}) must be a "
                           f"multiple of the shard group ({shard_size(parallel)} ranks per "
                           "server)")
+    fsdp = parallel.fsdp
+    if fsdp and fsdp.no_sync and (fsdp.reshard_after_forward or fsdp.zero < 3):
+        raise LayoutError("parallelism.fsdp.no_sync: true keeps the gathered parameters "
+                          "over the micro-batches: it needs fsdp.reshard_after_forward: false "
+                          "and sharding full_shard or hybrid_shard")
+    if model.experts and fsdp and fsdp.sharding is Sharding.HYBRID_SHARD:
+        raise LayoutError("parallelism.fsdp.sharding: hybrid_shard is not modelled with "
+                          "experts yet; allowed: full_shard, shard_grad_op")
 
 
 def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -82,9 +98,10 @@ def head_params(ctx: Context, owned: bool = True) -> int:
     return sum(k.params for k in kernels)
 
 
-def gathered_bytes(ctx: Context, params: int) -> float:
-    """Bytes a gathered unit of ``params`` parameters adds on this rank."""
-    return PARAM_BYTES * params * (1 - 1 / ctx.shards)
+def gathered_bytes(ctx: Context, params: int, shards: int | None = None) -> float:
+    """Bytes a gathered unit of ``params`` parameters (over ``shards`` ranks: the
+    data-parallel shard group's by default) adds on this rank."""
+    return PARAM_BYTES * params * (1 - 1 / (ctx.shards if shards is None else shards))
 
 
 def freed(ctx: Context, params: int) -> tuple[tuple[float, str], ...]:
@@ -92,16 +109,76 @@ def freed(ctx: Context, params: int) -> tuple[tuple[float, str], ...]:
     return ((-gathered_bytes(ctx, params), "gathered_parameters"),)
 
 
+def layer_units(ctx: Context, layer: int) -> tuple[tuple[int, str, int], ...]:
+    """(parameters, group, shards) of the units a layer gathers: its dense
+    parameters over the data-parallel shard group, and a MoE layer's local
+    experts over their replicas (``edp``) where there are more than one."""
+    dense, experts = ctx.params_of(layer)
+    units = [(dense, "dp_shard" if hybrid(ctx) else ctx.dp_group, ctx.shards)]
+    edp = expert_data_parallel(ctx.parallel)
+    if experts and edp > 1:
+        units.append((experts, "edp", edp))
+    return tuple(units)
+
+
+def freed_layer(ctx: Context, layer: int) -> tuple[tuple[float, str], ...]:
+    """The memory event of releasing a layer's gathered units."""
+    grown = sum(gathered_bytes(ctx, n, shards) for n, _, shards in layer_units(ctx, layer))
+    return ((-grown, "gathered_parameters"),)
+
+
+def no_sync(ctx: Context) -> bool:
+    """Whether gradients accumulate unsharded, parameters staying gathered, over
+    the micro-batches (``fsdp.no_sync``)."""
+    fsdp = ctx.parallel.fsdp
+    return fsdp is not None and fsdp.no_sync
+
+
+def gathers(ctx: Context, forward: bool, mb: int) -> bool:
+    """Whether a layer's pass on micro-batch ``mb`` gathers its parameters: every
+    forward, and every backward when the forward resharded them; under
+    ``no_sync`` the first micro-batch's forward only."""
+    if no_sync(ctx):
+        return forward and mb == 0
+    fsdp = ctx.parallel.fsdp
+    return forward or (fsdp.reshard_after_forward if fsdp else True)
+
+
+def frees(ctx: Context, forward: bool, last: bool) -> bool:
+    """Whether a layer's pass frees its gathered parameters after it: every
+    backward, and every forward when resharding; under ``no_sync`` the last
+    micro-batch's backward (``last``) only."""
+    if no_sync(ctx):
+        return not forward and last
+    fsdp = ctx.parallel.fsdp
+    return not forward or fsdp is None or fsdp.reshard_after_forward
+
+
+def unit_frees(ctx: Context, forward: bool, last: bool, gathered: bool) -> bool:
+    """Whether the embedding's or the head's unit is freed after this pass: after
+    each use it was gathered for, or under ``no_sync`` the last backward."""
+    return (not forward and last) if no_sync(ctx) else gathered
+
+
 def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None,
-           params: int | None = None) -> int:
-    """ZeRO-3/FSDP all-gather of one layer's parameters, or of a unit of
-    ``params`` (the embedding: layer -1; the head: ``layers``), non-blocking."""
-    params = b.ctx.layer_params if params is None else params
+           params: int) -> int:
+    """ZeRO-3/FSDP all-gather of a unit of ``params`` over the data-parallel shard
+    group (the embedding: layer -1; the head: ``layers``), non-blocking."""
     full, grown = PARAM_BYTES * params, gathered_bytes(b.ctx, params)
     group = "dp_shard" if hybrid(b.ctx) else b.ctx.dp_group
     return b.collective(Collective.ALL_GATHER, full, DP_STREAM, group, phase, mb, layer,
                         deps=(after,) if after is not None else (), blocking=False,
                         mem=((grown, "gathered_parameters"),))
+
+
+def gather_layer(b: Stage, layer: int, phase: Phase, mb: int, after: int | None
+                 ) -> tuple[int, ...]:
+    """ZeRO-3/FSDP all-gathers of one layer's units (``layer_units``), non-blocking."""
+    deps = (after,) if after is not None else ()
+    return tuple(b.collective(Collective.ALL_GATHER, PARAM_BYTES * n, DP_STREAM, group, phase,
+                              mb, layer, deps=deps, blocking=False,
+                              mem=((gathered_bytes(b.ctx, n, shards), "gathered_parameters"),))
+                 for n, group, shards in layer_units(b.ctx, layer))
 
 
 def root_params(ctx: Context) -> int:
@@ -134,31 +211,34 @@ def gather_unit(b: Stage, unit: tuple[int, int] | None, phase: Phase, mb: int) -
     return None if unit is None else gather(b, unit[0], phase, mb, b.last_compute, unit[1])
 
 
-def copy_out(b: Stage, layer: int, phase: Phase, mb: int, gather: int) -> bool:
+def copy_out(b: Stage, layer: int, phase: Phase, mb: int, gathers: tuple[int, ...]) -> bool:
     """FSDP2: the copy-out kernel that splits a layer's gathered buffer into its
-    parameters (read and write them, on the compute stream, after the gather);
+    parameters (read and write them, on the compute stream, after the gathers);
     whether there is one (FSDP1 gathers into the flat parameter in place)."""
     if not b.ctx.parallel.fsdp2:
         return False
-    params = b.ctx.layer_params
+    params = sum(n for n, _, _ in layer_units(b.ctx, layer))
     copy = K.elementwise("fsdp_copy_out", params, params, PARAM_BYTES)
-    b.compute(copy, phase, mb, layer, 0.0, copy.bytes, extra=(gather,))
+    b.compute(copy, phase, mb, layer, 0.0, copy.bytes, extra=gathers)
     return True
 
 
 def reduce_layer(b: Stage, layer: int, mb: int, params: int | None = None) -> None:
-    """ZeRO-3/FSDP: reduce-scatter a layer's (or a unit's) gradients (and
-    all-reduce the shard across replicas with hybrid sharding) after its backward."""
-    full = b.ctx.plan.reduce_bytes * (b.ctx.layer_params if params is None else params)
+    """ZeRO-3/FSDP: reduce-scatter a layer's units' (or a unit of ``params``')
+    gradients (and all-reduce the shard across replicas with hybrid sharding)
+    after its backward."""
+    units = layer_units(b.ctx, layer) if params is None else ((params, "", b.ctx.shards),)
     is_hybrid = hybrid(b.ctx)
-    i = b.collective(Collective.REDUCE_SCATTER, full, DP_STREAM,
-                     "dp_shard" if is_hybrid else b.ctx.dp_group, Phase.BACKWARD, mb, layer,
-                     deps=(b.last_compute,), blocking=False)
-    b.reduces.append(i)
-    if is_hybrid and b.ctx.parallel.dp // b.ctx.shards > 1:
-        b.reduces.append(b.collective(Collective.ALL_REDUCE, full / b.ctx.shards, DP_STREAM,
-                                      "dp_replicate", Phase.BACKWARD, mb, layer, deps=(i,),
-                                      blocking=False))
+    for n, group, _ in units:
+        full = b.ctx.plan.reduce_bytes * n
+        group = group if group == "edp" else "dp_shard" if is_hybrid else b.ctx.dp_group
+        i = b.collective(Collective.REDUCE_SCATTER, full, DP_STREAM, group, Phase.BACKWARD,
+                         mb, layer, deps=(b.last_compute,), blocking=False)
+        b.reduces.append(i)
+        if group == "dp_shard" and b.ctx.parallel.dp // b.ctx.shards > 1:
+            b.reduces.append(b.collective(Collective.ALL_REDUCE, full / b.ctx.shards,
+                                          DP_STREAM, "dp_replicate", Phase.BACKWARD, mb,
+                                          layer, deps=(i,), blocking=False))
 
 
 def coordinator_trace(ctx: Context) -> tuple[list[tuple], list[tuple]]:
