@@ -380,3 +380,22 @@ def test_the_flex_dispatcher_sends_a_token_once_per_rank_holding_its_experts(rou
     ep = ep[ep["group"] == "ep"]
     assert set(ep["collective"]) == {"all_to_all"}
     assert ep["bytes"].iloc[0] == pytest.approx(128 * ranks * 256 * 2)
+
+
+def test_the_summary_prices_the_imbalance_as_the_time_it_adds():
+    """``moe_imbalance_s``: the expert kernels' and all-to-alls' time beyond the mean
+    load, about what the run loses against balanced routing (Mixtral-shaped layers,
+    whose expert GEMMs take time in proportion to their tokens)."""
+    def one(routing):
+        raw = {"name": "moe-skew", "seed": 0, "cluster": {"preset": "dgx-h100", "nodes": 2},
+               "model": {"preset": "mixtral-8x7b", "layers": 4, "routing": routing,
+                         "routing_skew": 0.6},
+               "training": {"seq_len": 4096, "global_batch": 16, "micro_batch": 1,
+                            "recompute": "full"},
+               "parallelism": {"dp": 16, "ep": 8, "zero": 1}}
+        return run(raw).summary
+    skewed, balanced = one("zipf"), one("balanced")
+    assert balanced["moe_imbalance_s"] == 0.0
+    lost = skewed["iteration_time_s"] - balanced["iteration_time_s"]
+    assert lost > 0.1 * balanced["iteration_time_s"]
+    assert skewed["moe_imbalance_s"] == pytest.approx(lost, rel=0.05)

@@ -19,6 +19,8 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
 from workloads import kernels as K
 from workloads import routing as routes
@@ -442,8 +444,11 @@ def _moe_notes(ctx: Context) -> dict:
     r = ctx.routing
     if r is None:
         return {}
+    exchange = r.exchange if ctx.parallel.moe_token_dispatcher_type != "allgather" else {
+        layer: np.ones_like(f) for layer, f in r.exchange.items()}  # sized by the group
     return {"moe_routing": ctx.model.routing, "moe_rank_imbalance": r.imbalance,
-            "moe_expert_imbalance": r.expert_imbalance, "moe_dropped_fraction": r.dropped}
+            "moe_expert_imbalance": r.expert_imbalance, "moe_dropped_fraction": r.dropped,
+            "_moe_load_factors": (r.scale, exchange)}
 
 
 def _hardware_flops(ctx: Context) -> float:

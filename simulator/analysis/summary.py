@@ -8,7 +8,8 @@ second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
 ``idle_s``; see ``simulator.analysis.timeline``), ``critical_path`` (seconds of the
 chain of spans that sets the iteration time in each category, and the spans,
 ranks and stages it passes; see ``simulator.analysis.critical_path``),
-``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``.
+``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``; in a model
+with experts ``moe_imbalance_s`` (``imbalance_cost``).
 """
 
 from __future__ import annotations
@@ -140,3 +141,28 @@ def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
     for stage, value in zip(stages, values, strict=True):
         out[stage] = max(out.get(stage, 0.0), value)
     return [out[s] / GIB for s in sorted(out)]
+
+
+EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter")  # a MoE layer's token moves
+
+
+def imbalance_cost(spans: pd.DataFrame, rank: int, scale: Mapping[int, np.ndarray],
+                   exchange: Mapping[int, np.ndarray]) -> float:
+    """Seconds ``rank``'s routed-expert kernels and token exchanges take beyond
+    what they would at the mean rank's load: each runs at the busiest EP rank's
+    load (``scale``, per MoE layer and micro-batch, over the balanced share) and
+    each exchange is sized by the busiest receipt (``exchange``), so a span of d
+    seconds at factor f costs d (1 - 1/f), taking a kernel's time as proportional
+    to its tokens (an estimate: small kernels are not)."""
+    rows = spans[spans["rank"] == rank]
+    names = rows["name"].astype(str)
+    total = 0.0
+    for factors, chosen in ((scale, names.str.startswith("experts_")),
+                            (exchange, names.isin(EXCHANGES) & (rows["kind"] == "comm"))):
+        part = rows[chosen.to_numpy()]
+        if part.empty:
+            continue
+        f = np.array([factors[layer][mb] for layer, mb in
+                      zip(part["layer"].tolist(), part["microbatch"].tolist(), strict=True)])
+        total += float(((part["end"] - part["start"]).to_numpy() * (1 - 1 / f)).sum())
+    return total

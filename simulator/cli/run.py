@@ -69,7 +69,9 @@ def _moe_lines(summary: dict) -> list[str]:
     return [f"experts          {summary['moe_routing']} routing: the busiest expert-parallel "
             f"rank gets x{summary['moe_rank_imbalance']:.3f} the mean rank's tokens, the "
             f"busiest expert x{summary['moe_expert_imbalance']:.3f} the mean expert's"
-            + (f"; {dropped:.1%} of token copies dropped at capacity" if dropped else "")]
+            + (f"; {dropped:.1%} of token copies dropped at capacity" if dropped else ""),
+            f"                 imbalance costs the last rank about "
+            f"{format_time(summary['moe_imbalance_s'])} of expert kernels and all-to-alls"]
 
 
 def _critical_line(path: dict) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
-from simulator.analysis.summary import memory_timeline, summarize
+from simulator.analysis.summary import imbalance_cost, memory_timeline, summarize
 from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
@@ -283,6 +283,9 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     path = slowdown.path if slowdown.path is not None else critical_path(spans)
     summary = summarize(spans, program, result.memory_events,
                         gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks, path)
+    if "_moe_load_factors" in program.notes:
+        summary["moe_imbalance_s"] = imbalance_cost(spans, summary["critical_rank"],
+                                                    *program.notes["_moe_load_factors"])
     folded = None
     if result.expand is not None:
         if len(spans) * program.ranks <= EXPAND_SPANS * len(ranks):
@@ -298,7 +301,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    host_stall_s=durations.host_stall(summary["critical_rank"]),
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
-                   **program.notes, events=slowdown.events,
+                   **{k: v for k, v in program.notes.items() if not k.startswith("_")},
+                   events=slowdown.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
