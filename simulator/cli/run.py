@@ -49,6 +49,7 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
         *_moe_lines(summary),
+        *_straggler_lines(summary),
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
@@ -59,6 +60,16 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         f"outputs          {out}/",
     ]
     return "\n".join(lines)
+
+
+def _straggler_lines(summary: dict) -> list[str]:
+    """The slowest GPUs, where some compute slower than others."""
+    if "stragglers" not in summary:
+        return []
+    slowest = ", ".join(f"rank {r} x{f:.3f}" for r, f in summary["stragglers"][:4])
+    more = summary["straggler_count"] - min(4, len(summary["stragglers"]))
+    return [f"stragglers       {summary['straggler_count']:,} GPU(s) slower than the kernel "
+            f"table: {slowest or 'none'}" + (f" and {more:,} more" if more > 0 else "")]
 
 
 def _moe_lines(summary: dict) -> list[str]:

@@ -22,6 +22,7 @@ from simulator.base.fields import (
     text,
 )
 from simulator.base.user_files import read_yaml, user_path
+from simulator.compute.stragglers import check_parts, slow_parts
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
 from topologies.gpus import MAX_OVERLAP_SLOWDOWN, GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError
@@ -57,6 +58,8 @@ SCHEMA = {
     "leaf_ports": (LEAF_PORTS[0], None),
     "fabric": (_fabric_section, None),
     "compute_jitter": (number(0.0, 1.0), 0.0),
+    "slow": (slow_parts, ()),  # slow GPUs and nodes (simulator.compute.stragglers)
+    "gpu_speed_spread": (number(0.0, 1.0), 0.0),  # sigma of each GPU's log-normal speed
     "calibration": (text, None),
     "kernel_table": (text, None),
     "overlap_slowdown": (number(1.0, MAX_OVERLAP_SLOWDOWN), None),  # None: the GPU file's
@@ -73,6 +76,13 @@ class Machine:
     gpus: int
     compute_jitter: float
     graph: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
+    slow: tuple[tuple[str, int, float], ...] = ()  # ("node" | "gpu", index, factor)
+    gpu_speed_spread: float = 0.0
+
+    @property
+    def stragglers(self) -> bool:
+        """Whether some GPUs compute at their own speed (``compute.stragglers``)."""
+        return bool(self.slow) or self.gpu_speed_spread > 0
 
     def build_graph(self) -> nx.DiGraph:
         if self.graph is not None:
@@ -168,4 +178,6 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
             raise fail("cluster.nodes", nodes, f"disagrees with the fabric file's "
                                                 f"{graph.graph['servers']} servers")
         nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
-    return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph)
+    check_parts(values["slow"], nodes, gpus)
+    return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
+                   values["slow"], values["gpu_speed_spread"])

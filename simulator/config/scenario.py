@@ -108,8 +108,9 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     sim = section("simulation", raw.get("simulation"), SIMULATION)
     fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]
     for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
-        if on and machine.compute_jitter > 0:
-            raise fail(f"simulation.{key}", True, "needs cluster.compute_jitter 0: it "
+        if on and (machine.compute_jitter > 0 or machine.stragglers):
+            raise fail(f"simulation.{key}", True, "needs cluster.compute_jitter 0 and no "
+                                                   "cluster.slow or gpu_speed_spread: it "
                                                    "assumes the ranks it shares are identical")
     if fold and gangs:
         raise fail("simulation.tensor_parallel_gangs", True, "cannot be combined with "

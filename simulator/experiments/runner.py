@@ -21,6 +21,7 @@ from simulator.analysis.summary import imbalance_cost, memory_timeline, summariz
 from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
+from simulator.compute import stragglers
 from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
@@ -126,23 +127,30 @@ def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
 
 
-def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0):
+def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,
+               speed=None):
     """A function rank -> compute duration of each of its ops without jitter
-    (shared by the ranks of one program), host-bound kernels stretched
-    (``compute.host``: ``per_launch`` seconds of host time per kernel)."""
-    base: dict[int, Any] = {}
-    stalls: dict[int, float] = {}
+    (shared by the ranks of one program and speed), kernels slowed by the rank's
+    GPU's ``speed`` factor (``compute.stragglers``; None: all 1), host-bound
+    kernels stretched (``compute.host``: ``per_launch`` seconds of host time per
+    kernel, which a slow GPU does not change)."""
+    base: dict[tuple, Any] = {}
+    stalls: dict[tuple, float] = {}
+
+    def key(rank: int) -> tuple:
+        return id(program.ops[rank]), 1.0 if speed is None else float(speed[rank])
 
     def durations(rank: int):
-        ops = program.ops[rank]
-        if id(ops) not in base:
+        k = key(rank)
+        if k not in base:
+            ops = program.ops[rank]
             steps = program.steps[rank] if program.steps else ()
-            kernels = model.durations(ops)
-            base[id(ops)] = host_bound(ops, steps, kernels, per_launch)
-            stalls[id(ops)] = float(base[id(ops)].sum() - kernels.sum())
-        return base[id(ops)]
+            kernels = model.durations(ops) * k[1]
+            base[k] = host_bound(ops, steps, kernels, per_launch)
+            stalls[k] = float(base[k].sum() - kernels.sum())
+        return base[k]
 
-    durations.host_stall = lambda rank: stalls.get(id(program.ops[rank]), 0.0)
+    durations.host_stall = lambda rank: stalls.get(key(rank), 0.0)
     return durations
 
 
@@ -249,13 +257,17 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     fabric = Fabric(graph)
     placement = graph.graph["gpus"][: program.ranks]
     model = compute_model(scenario)
-    durations = _durations(program, model, scenario.training.host_launch)
+    nodes = [fabric.node_of(g) for g in placement]
+    machine = scenario.machine
+    speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed, nodes)
+    durations = _durations(program, model, scenario.training.host_launch, speed)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    method = symmetry.choose(scenario, program, placement, fabric, batch_compute)
+    method = symmetry.choose(scenario, program, placement, fabric, batch_compute, speed)
     if not method.full_because:  # (every rank's ops were checked above)
         footprint.check_run(program, _simulated_ranks(method, program))
-    nodes = [fabric.node_of(g) for g in placement]
+    elif speed is not None:  # every rank for its GPUs' speeds: not checked above
+        footprint.check_run(program, None)
     jittered: dict = {}  # the method's durations (a class's slowest member's: per method)
 
     def work(rank: int):
@@ -302,6 +314,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
                    **{k: v for k, v in program.notes.items() if not k.startswith("_")},
+                   **stragglers.summary(speed),
                    events=slowdown.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)

@@ -73,21 +73,41 @@ MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more
 
 
 def choose(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
-           batch_compute: bool = True) -> Method:
+           batch_compute: bool = True, speed: np.ndarray | None = None) -> Method:
     """The plug-ins for ``scenario``: compute planning (batching, or layer spans),
-    then the fastest exact rank reduction the scenario allows."""
+    then the fastest exact rank reduction the scenario allows; with stragglers
+    (``speed``: each rank's slow-down factor) the classes start split by speed."""
     base = _planning(scenario, batch_compute)
     if scenario.fold_ranks:
         return Method((*base, "folding"))
     if scenario.gangs:
         return _gangs(base, program, placement, fabric, automatic=False,
                       replay=scenario.compute_jitter == 0)
-    why = why_full(scenario, program, batch_compute)
+    why = why_full(scenario, program, batch_compute, speed)
     if why:
         return Method(base, full_because=why)
     method = _gangs(base, program, placement, fabric, automatic=True,
                     replay=scenario.compute_jitter == 0)  # jittered steps differ
+    if speed is not None:
+        represents = refined_by(method.options["represents"], speed)
+        method.options["represents"] = equitable(represents, program.groups)
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
+
+
+def refined_by(represents: dict[int, tuple[int, ...]], speed: np.ndarray
+               ) -> dict[int, tuple[int, ...]]:
+    """``represents`` with each class split by its ranks' speed factors.
+
+    >>> refined_by({0: (1, 2, 3)}, np.array([1.0, 1.3, 1.0, 1.3]))
+    {0: (2,), 1: (3,)}
+    """
+    out: dict[int, tuple[int, ...]] = {}
+    for rep, mates in represents.items():
+        parts: dict[float, list[int]] = {}
+        for r in (rep, *mates):
+            parts.setdefault(float(speed[r]), []).append(r)
+        out.update({ranks[0]: tuple(ranks[1:]) for ranks in parts.values()})
+    return out
 
 
 def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
@@ -162,7 +182,8 @@ def _planning(scenario: Scenario, batch_compute: bool) -> tuple[str, ...]:
     return ("layer_spans",) if scenario.layer_spans else ("batching",) if batch_compute else ()
 
 
-def why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
+def why_full(scenario: Scenario, program: Program, batch_compute: bool,
+             speed: np.ndarray | None = None) -> str:
     """Why every rank must be simulated ("" when symmetry may reduce them)."""
     if scenario.symmetry == "full":
         return "simulation.symmetry is full"
@@ -173,6 +194,8 @@ def why_full(scenario: Scenario, program: Program, batch_compute: bool) -> str:
                 "rank per class)")
     if len(program_classes(program)) == program.ranks:
         return "every rank runs a program of its own"
+    if speed is not None and len(set(speed.tolist())) == program.ranks:
+        return "every GPU computes at a speed of its own (cluster.gpu_speed_spread)"
     return ""
 
 
