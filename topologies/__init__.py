@@ -1,6 +1,6 @@
 """What a simulation runs on: GPU specs, cluster presets, the cluster builder, one
 module per inter-node network kind (``networks``, each with its settings, builder
-and routing) and routing (``routing``).
+and routing) routing (``routing``) and degraded or failed parts (``faults``).
 
 Everything here is in SI units (bytes, bytes/s, seconds, FLOP/s). It may import
 ``simulator.base`` only: neither SimPy nor ``workloads``.

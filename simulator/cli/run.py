@@ -50,6 +50,7 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
         *_moe_lines(summary),
         *_straggler_lines(summary),
+        *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",

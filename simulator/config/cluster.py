@@ -23,7 +23,7 @@ from simulator.base.fields import (
 )
 from simulator.base.user_files import read_yaml, user_path
 from simulator.compute.stragglers import check_parts, slow_parts
-from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec
+from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec, build_cluster, faults
 from topologies.gpus import MAX_OVERLAP_SLOWDOWN, GpuFileError, calibrated, check_calibration
 from topologies.graph_file import GraphFileError
 from topologies.networks import NETWORKS, NetworkSpec
@@ -37,7 +37,7 @@ def _fabric_section(path: str, raw: object) -> dict[str, Any]:
     that kind's own settings, checked by the kind's spec."""
     if not isinstance(raw, dict):
         raise fail(path, raw, "must be a mapping of keys to values")
-    rest = {k: v for k, v in raw.items() if k != "type"}
+    rest = {k: v for k, v in raw.items() if k not in ("type", "faults")}
     values = {"type": choice(NETWORKS)(f"{path}.type", raw["type"])} if "type" in raw else {}
     if "type" not in raw:  # the kind is the preset's: check against every kind's keys
         schema = {k: v for kind in NETWORKS.values() for k, v in schema_of(kind).items()}
@@ -47,6 +47,8 @@ def _fabric_section(path: str, raw: object) -> dict[str, Any]:
     schema = {k: (check, REQUIRED if default is REQUIRED and "type" in raw else None)
               for k, (check, default) in schema.items()}
     given = section(path, rest, schema)
+    if raw.get("faults") is not None:  # degraded and failed parts (topologies.faults)
+        values["faults"] = faults.parse(f"{path}.faults", raw["faults"])
     return {**values, **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -95,6 +97,7 @@ class Machine:
 def _fabric(preset: NetworkSpec, values: dict[str, Any]) -> NetworkSpec:
     """The preset's network with the scenario's kind and settings applied."""
     given = dict(values.get("fabric") or {})
+    given.pop("faults", None)
     kind = NETWORKS[given.pop("type", preset.name)]
     for key in SHARED_NETWORK_KEYS:
         if values.get(key) is not None:
@@ -179,5 +182,9 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
                                                 f"{graph.graph['servers']} servers")
         nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
     check_parts(values["slow"], nodes, gpus)
+    broken = (values.get("fabric") or {}).get("faults", ())
+    if broken:  # applied now, so that a bad fault is an error before the run
+        graph = faults.apply(graph if graph is not None else build_cluster(cluster, nodes),
+                             broken)
     return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
                    values["slow"], values["gpu_speed_spread"])

@@ -315,6 +315,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
                    **{k: v for k, v in program.notes.items() if not k.startswith("_")},
                    **stragglers.summary(speed),
+                   **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
                    events=slowdown.events,
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)

@@ -1,0 +1,182 @@
+"""Degraded and failed fabric parts (``cluster.fabric.faults``), applied to a
+built fabric graph before the run.
+
+Each fault names one part, as the graph names it (``clustersim`` prints the
+names in its errors; ``n3.nic2``, ``leaf0``, ``spine4``) or in words
+(``node 3 nic 2``, ``spine-4``), and what is wrong with it:
+
+- ``{link: [a, b], bandwidth: 0.5}``: a link (both directions) at half its rate
+  (a flapping or mis-negotiated port); ``{link: [a, b], down: true}``: gone;
+- ``{nic: "node 3 nic 2", down: true}`` (or ``bandwidth``): a NIC. Its GPUs
+  move to their server's surviving NICs (the least loaded first), as NCCL
+  moves the channels of a failed NIC to the others; a server whose every NIC
+  is down cannot reach its peers, which is an error naming its GPUs;
+- ``{switch: spine4, down: true}``: a switch and all its links.
+
+Routing already spreads over the equal-cost paths that remain (D-mod-K or the
+seeded hash over the survivors, ``topologies.routing``). A NIC cut off from the
+fabric's main part (its leaf lost every uplink) counts as failed; a server
+left with none is an error naming its GPUs. Faults hold for the whole
+iteration; a fault that starts during it is not modelled yet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from simulator.base.fields import ScenarioError, fail
+
+KINDS = ("link", "nic", "switch")
+WORDS_NIC = re.compile(r"^\s*node\s+(\d+)\s+nic\s+(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One degraded or failed part: ``names`` (two for a link), and the share of
+    its bandwidth left (0: down)."""
+
+    kind: str
+    names: tuple[str, ...]
+    bandwidth: float
+
+    def describe(self) -> str:
+        what = " - ".join(self.names)
+        return f"{self.kind} {what} " + ("down" if self.bandwidth == 0 else
+                                          f"at {self.bandwidth:.0%} of its bandwidth")
+
+
+def parse(path: str, raw: object) -> tuple[Fault, ...]:
+    """Check a ``faults`` list: each entry one of ``link``, ``nic``, ``switch`` and
+    either ``down: true`` or ``bandwidth`` (a share in (0, 1])."""
+    if not isinstance(raw, list):
+        raise fail(path, raw, "must be a list of faults, such as [{switch: spine4, down: "
+                              "true}, {link: [n0.nic0, leaf0], bandwidth: 0.5}]")
+    return tuple(_fault(f"{path}[{i}]", entry) for i, entry in enumerate(raw))
+
+
+def _fault(path: str, entry: object) -> Fault:
+    if not isinstance(entry, dict):
+        raise fail(path, entry, "must be a mapping such as {nic: n3.nic2, down: true}")
+    kinds = [k for k in KINDS if k in entry]
+    extra = sorted(set(entry) - {*KINDS, "down", "bandwidth"})
+    if len(kinds) != 1 or extra:
+        raise fail(path, entry, "must name one part (link, nic or switch) and say down: true "
+                                "or bandwidth: a share in (0, 1]")
+    kind = kinds[0]
+    down, share = entry.get("down", False), entry.get("bandwidth")
+    if not isinstance(down, bool) or (down and share is not None) or (not down and share is None):
+        raise fail(path, entry, "must give either down: true or bandwidth (not both)")
+    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
+                              or not 0 < share <= 1):
+        raise fail(f"{path}.bandwidth", share, "must be a share of the bandwidth in (0, 1]")
+    target = entry[kind]
+    if kind == "link":
+        names = tuple(target) if isinstance(target, list) else tuple(
+            p.strip() for p in str(target).split(" - "))
+        if len(names) != 2:
+            raise fail(f"{path}.link", target, "must name its two ends: [a, b] or \"a - b\"")
+    else:
+        names = (str(target),)
+    return Fault(kind, tuple(str(n) for n in names), 0.0 if down else float(share))
+
+
+def _node_name(graph: nx.DiGraph, path: str, kind: str, name: str) -> str:
+    """The graph's name of a part written as the graph names it or in words."""
+    if name in graph:
+        return name
+    words = WORDS_NIC.match(name)
+    candidates = [f"n{words.group(1)}.nic{words.group(2)}"] if words else []
+    candidates.append(re.sub(r"[\s\-_]", "", name))
+    for candidate in candidates:
+        if candidate in graph:
+            return candidate
+    same = sorted(n for n, d in graph.nodes(data=True)
+                  if d.get("kind") == kind or (kind == "link"))[:6]
+    raise ScenarioError(f"{path}: {name!r} is not a part of this fabric (its {kind}s are "
+                        f"named like {', '.join(same)})")
+
+
+def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabric.faults"
+          ) -> nx.DiGraph:
+    """A copy of ``graph`` with ``faults`` applied (``graph`` itself when none)."""
+    if not faults:
+        return graph
+    out = graph.copy()
+    for i, fault in enumerate(faults):
+        where = f"{path}[{i}]"
+        names = [_node_name(out, where, fault.kind, n) for n in fault.names]
+        if fault.kind == "link":
+            a, b = names
+            if not out.has_edge(a, b):
+                raise ScenarioError(f"{where}: there is no link between {a} and {b}")
+            edges = [(a, b), (b, a)]
+        else:
+            kind = out.nodes[names[0]].get("kind")
+            if kind != fault.kind:
+                raise ScenarioError(f"{where}: {names[0]} is a {kind}, not a {fault.kind}")
+            edges = [*out.in_edges(names[0]), *out.out_edges(names[0])]
+        if fault.bandwidth == 0 and fault.kind != "link":
+            out.remove_node(names[0])
+        elif fault.bandwidth == 0:
+            out.remove_edges_from(edges)
+        else:
+            for u, v in edges:
+                out.edges[u, v]["bandwidth"] *= fault.bandwidth
+    _move_gpus_off_lost_nics(out)
+    out.graph["faults"] = [Fault(f.kind, tuple(_node_name(graph, path, f.kind, n)
+                                               for n in f.names), f.bandwidth).describe()
+                           for f in faults]
+    return out
+
+
+def _usable_nics(graph: nx.DiGraph) -> dict[int, list[str]]:
+    """Each server's NICs that still reach the fabric's main part (the connected
+    switches and NICs holding the most NICs; on a tie, the one with server 0's)."""
+    parts_of = [n for n, d in graph.nodes(data=True) if d.get("kind") in ("switch", "nic")]
+    nics = {n for n, d in graph.nodes(data=True) if d.get("kind") == "nic"}
+    parts = [p for p in nx.weakly_connected_components(graph.subgraph(parts_of))
+             if len(p) > 1 and p & nics]
+    if not parts:
+        return {}
+    main = max(parts, key=lambda p: (len(p & nics), -min(
+        int(graph.nodes[n]["node"]) for n in p & nics)))
+    out: dict[int, list[str]] = {}
+    for name in sorted(main & nics):
+        out.setdefault(int(graph.nodes[name]["node"]), []).append(name)
+    return out
+
+
+def _move_gpus_off_lost_nics(graph: nx.DiGraph) -> None:
+    """GPUs whose NIC is gone (or cut from every switch) take their server's least
+    loaded surviving NIC, over a PCIe link like the one they had."""
+    usable = _usable_nics(graph)
+    gpus = [(n, d) for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]
+    load: dict[str, int] = {}
+    for _, data in gpus:
+        load[data["nic"]] = load.get(data["nic"], 0) + 1
+    servers = {int(d["node"]) for _, d in gpus}
+    if len(servers) < 2:
+        return
+    for name, data in sorted(gpus):
+        nic, node = data["nic"], int(data["node"])
+        if nic in usable.get(node, ()):
+            continue
+        left = sorted(usable.get(node, ()), key=lambda n: (load.get(n, 0), n))
+        if not left:
+            raise ScenarioError(f"cluster.fabric.faults: GPU {name} cannot reach its peers: "
+                                f"every NIC of server {node} is down or cut off from the "
+                                "rest of the fabric")
+        pcie = next((dict(graph.edges[name, n]) for n in graph.successors(name)
+                     if graph.edges[name, n].get("link") == "pcie"), None)
+        if nic in graph and graph.has_edge(name, nic):
+            graph.remove_edges_from([(name, nic), (nic, name)])
+        data["nic"] = left[0]
+        load[left[0]] = load.get(left[0], 0) + 1
+        attrs = pcie or {"bandwidth": 64e9, "latency": 1e-6, "efficiency": 1.0,
+                         "link": "pcie"}
+        graph.add_edge(name, left[0], **attrs)
+        graph.add_edge(left[0], name, **attrs)
