@@ -106,9 +106,11 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
     if not faults:
         return graph
     out = graph.copy()
+    applied = []
     for i, fault in enumerate(faults):
         where = f"{path}[{i}]"
         names = [_node_name(out, where, fault.kind, n) for n in fault.names]
+        applied.append(Fault(fault.kind, tuple(names), fault.bandwidth))
         if fault.kind == "link":
             a, b = names
             if not out.has_edge(a, b):
@@ -126,10 +128,8 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
         else:
             for u, v in edges:
                 out.edges[u, v]["bandwidth"] *= fault.bandwidth
-    _move_gpus_off_lost_nics(out)
-    out.graph["faults"] = [Fault(f.kind, tuple(_node_name(graph, path, f.kind, n)
-                                               for n in f.names), f.bandwidth).describe()
-                           for f in faults]
+    _move_gpus_off_lost_nics(out, graph)
+    out.graph["faults"] = [f.describe() for f in applied]
     return out
 
 
@@ -150,9 +150,10 @@ def _usable_nics(graph: nx.DiGraph) -> dict[int, list[str]]:
     return out
 
 
-def _move_gpus_off_lost_nics(graph: nx.DiGraph) -> None:
+def _move_gpus_off_lost_nics(graph: nx.DiGraph, before: nx.DiGraph) -> None:
     """GPUs whose NIC is gone (or cut from every switch) take their server's least
-    loaded surviving NIC, over a PCIe link like the one they had."""
+    loaded surviving NIC, over a link like the one they had to their own NIC
+    (in the fabric ``before`` the faults)."""
     usable = _usable_nics(graph)
     gpus = [(n, d) for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]
     load: dict[str, int] = {}
@@ -170,13 +171,13 @@ def _move_gpus_off_lost_nics(graph: nx.DiGraph) -> None:
             raise ScenarioError(f"cluster.fabric.faults: GPU {name} cannot reach its peers: "
                                 f"every NIC of server {node} is down or cut off from the "
                                 "rest of the fabric")
-        pcie = next((dict(graph.edges[name, n]) for n in graph.successors(name)
-                     if graph.edges[name, n].get("link") == "pcie"), None)
-        if nic in graph and graph.has_edge(name, nic):
+        if not before.has_edge(name, nic):
+            raise ScenarioError(f"cluster.fabric.faults: GPU {name} has no link of its own to "
+                                f"its NIC {nic} to move to another NIC")
+        attrs = dict(before.edges[name, nic])
+        if graph.has_edge(name, nic):
             graph.remove_edges_from([(name, nic), (nic, name)])
         data["nic"] = left[0]
         load[left[0]] = load.get(left[0], 0) + 1
-        attrs = pcie or {"bandwidth": 64e9, "latency": 1e-6, "efficiency": 1.0,
-                         "link": "pcie"}
         graph.add_edge(name, left[0], **attrs)
         graph.add_edge(left[0], name, **attrs)

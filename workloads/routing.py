@@ -35,7 +35,7 @@ less and wait at the combine).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace  # noqa: F401 (replace: doctests)
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,6 +68,7 @@ def ranks_per_token(model: ModelSpec, ep: int) -> float:
     experts are taken as drawn without regard to where they live, so a rank
     holds none of them with probability C(E - E/ep, k) / C(E, k) (hypergeometric).
 
+    >>> from dataclasses import replace
     >>> from workloads.models import MODELS
     >>> qwen = MODELS["qwen3-30b-a3b"]  # 128 experts, top 8
     >>> ranks_per_token(replace(qwen, routing="round_robin"), 8)

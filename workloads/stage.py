@@ -38,7 +38,7 @@ class Context:
     micro_batches: int
     dp_group: str  # the data-parallel group dimension for gradients
     shards: int  # ZeRO/FSDP shard count
-    passes: dict  # forward? -> one layer pass's kernels and f/g markers (program.pass_plan)
+    passes: dict  # forward? -> one layer pass's kernels and f/g markers (layer_passes.pass_plan)
     plan: GradientPlan  # gradient precision, buckets, parameter-gather overlap
     kind_passes: dict = field(default_factory=dict)  # the same for other kinds of layer:
     # (MoE, sliding-window) -> forward? -> plan
@@ -153,7 +153,7 @@ UNFUSED_ATTENTION = ("attn_scores", "softmax", "attn_values")
 
 def plan_kernels(plan: Sequence[tuple]) -> list[tuple[int, K.Kernel]]:
     """(position, kernel) of a layer pass plan's kernels, plain, a routed expert's or
-    pipelined with tensor-parallel communication (``program.pass_plan``: the kernel
+    pipelined with tensor-parallel communication (``layer_passes.pass_plan``: the kernel
     is item 1)."""
     return [(n, item[1]) for n, item in enumerate(plan)
             if item[0] in ("kernel", "expert", "overlapped")]

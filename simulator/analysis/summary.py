@@ -162,7 +162,9 @@ def imbalance_cost(spans: pd.DataFrame, rank: int, scale: Mapping[int, np.ndarra
         part = rows[chosen.to_numpy()]
         if part.empty:
             continue
-        f = np.array([factors[layer][mb] for layer, mb in
-                      zip(part["layer"].tolist(), part["microbatch"].tolist(), strict=True)])
+        layers = sorted(factors)
+        table = np.array([factors[layer] for layer in layers], dtype=float)  # layer x mb
+        f = table[np.searchsorted(layers, part["layer"].to_numpy()),
+                  part["microbatch"].to_numpy()]
         total += float(((part["end"] - part["start"]).to_numpy() * (1 - 1 / f)).sum())
     return total

@@ -88,9 +88,9 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
         return Method(base, full_because=why)
     method = _gangs(base, program, placement, fabric, automatic=True,
                     replay=scenario.compute_jitter == 0)  # jittered steps differ
-    if speed is not None:
-        represents = refined_by(method.options["represents"], speed)
-        method.options["represents"] = equitable(represents, program.groups)
+    if speed is not None:  # slow GPUs in classes of their own, and their group peers
+        represents = equitable(refined_by(method.options["represents"], speed), program.groups)
+        method = replace(method, options={**method.options, "represents": represents})
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 

@@ -152,3 +152,13 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
     gathers = (step == DISPATCH) == forward
     return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), whole
 
+
+
+def load_factors(ctx: Context) -> tuple[dict, dict]:
+    """(expert kernels', token exchanges') load factors per MoE layer and
+    micro-batch, over the balanced share: what ``exchange`` and the program scale
+    by (the allgather dispatcher's exchanges are the group's whole tensor, 1)."""
+    r = ctx.routing
+    if ctx.parallel.moe_token_dispatcher_type == "allgather":
+        return r.scale, {layer: [1.0] * len(f) for layer, f in r.exchange.items()}
+    return r.scale, r.exchange

@@ -1,0 +1,168 @@
+"""A layer's pass and a chunk's layers: the kernels of one layer's forward or
+backward with the tensor-, context- and expert-parallel communication its plan
+holds (``pass_plan``, worked out once per program), and a pipeline chunk's
+layers in order with ZeRO-3/FSDP's gathers, frees and reduce-scatters around
+them (``chunk_layers``; DeepSpeed ZeRO-3's per-tensor gathers:
+``chunk_layers_per_tensor``) and each layer's activation memory.
+"""
+
+from __future__ import annotations
+
+from simulator.base.ir import EP_STREAM, TP_STREAM, Phase
+from workloads import kernels as K
+from workloads.memory import Recompute
+from workloads.stage import Stage, kernel_cost
+from workloads.stage_memory import layer_memory, memory_by_kind
+from workloads.strategies import context, expert, sharded, tensor
+from workloads.training import TrainingSpec
+
+
+def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
+              forward: bool, overlap: bool = False) -> tuple[tuple, ...]:
+    """One layer pass's items in order, worked out once per program (a large run
+    has hundreds of thousands of passes): ``("tp", collective or None)`` for
+    Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``
+    (``"expert"`` for a routed expert's, scaled by its layer's load), ``("ep",
+    step)`` for a MoE layer's token exchanges; with ``overlap``
+    (``tp_comm_overlap``) an all-gather and the GEMM after it, or a GEMM and the
+    reduce-scatter after it, become one ``("overlapped", collective, flops, bytes,
+    collective)`` (``tensor.overlapped``)."""
+    plan = []
+    for item in sequence if forward else sequence[::-1]:
+        if isinstance(item, str):  # a MoE layer's token all-to-all (``expert.sequence``)
+            plan.append(("ep", item))
+        elif isinstance(item, bool):
+            kind = tensor.block_comm(forward, item, shard.sequence_parallel)
+            plan.append(("tp", kind if shard.tp > 1 else None))
+        elif item.name == "attention":
+            plan.append(("attention", item))
+        else:
+            plan.append(("expert" if K.is_expert(item) else "kernel", item,
+                         *kernel_cost(item, not forward, training)))
+    return tuple(tensor.merge_overlaps(plan)) if overlap and shard.tp > 1 else tuple(plan)
+
+
+def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),
+                mem_end: tuple = (), record: bool = False, fetch=None) -> None:
+    """One layer's forward (or backward) on one micro-batch, its first kernel
+    after the ZeRO-3 ``gather``; ``fetch(layer, key)`` (DeepSpeed ZeRO-3's
+    ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
+    by its plan position (``-1 - n`` in a backward)."""
+    ctx = b.ctx
+    sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
+    plan = ctx.pass_plan(layer, forward)
+    comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
+    if gather and sharded.copy_out(b, layer, phase, mb, gather):
+        gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
+    extra = gather
+    last = len(plan) - 1
+    for n, item in enumerate(plan):
+        what = item[0]
+        if what == "tp":
+            if item[1] is not None:
+                b.collective(item[1], comm_bytes, TP_STREAM, "tp", phase, mb, layer)
+            continue
+        if what == "attention":
+            context.attention(b, item[1], forward, phase, mb, layer)
+            continue
+        if what == "ep":
+            kind, nbytes = expert.exchange(ctx, item[1], forward, ctx.routing.exchange[layer][mb])
+            b.collective(kind, nbytes, EP_STREAM, expert.group_of(item[1]), phase, mb, layer,
+                         name=item[1])
+            continue
+        kernel = item[1]
+        if what == "expert":  # at the most loaded EP rank's pace
+            scale = ctx.routing.scale[layer][mb]
+            item = (what, kernel, item[2] * scale, item[3] * scale)
+        if fetch is not None:
+            extra = fetch(layer, n if forward else -1 - n) or extra
+        mem = mem_end if n == last else ()
+        if what == "overlapped":
+            i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra, mem)
+        else:
+            i = b.compute(kernel, phase, mb, layer, item[2], item[3], mem=mem, extra=extra)
+        extra = ()
+        if record and kernel.params:
+            grads = b.expert_grads if what == "expert" else b.grads
+            grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
+
+
+def chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
+                             record: bool, fetcher: sharded.TensorFetcher) -> None:
+    """DeepSpeed ZeRO-3: a chunk's layers with one all-gather per module parameter
+    not in memory, issued and released by the parameter coordinator
+    (``sharded.Coordinator``); a full recompute's forward gathers what its
+    backward then uses."""
+    ctx = b.ctx
+    kept, transient = layer_memory(ctx)
+    recompute = not forward and ctx.training.recompute is Recompute.FULL
+    for layer in (list(layers) if forward else list(layers)[::-1]):
+        free = fetcher.release(layer)
+        if forward:
+            layer_pass(b, layer, mb, True, (), ((kept, "activations"),) + free,
+                        fetch=fetcher.wait)
+            continue
+        if recompute:
+            layer_pass(b, layer, mb, True, (), ((transient, "activations"),),
+                        fetch=fetcher.wait)
+        layer_pass(b, layer, mb, False, (), ((-kept - transient, "activations"),) + free,
+                    record, fetch=fetcher.wait)
+
+
+def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
+                  then: tuple[int, int] | None = None,
+                  fetcher: sharded.TensorFetcher | None = None) -> int | None:
+    """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory.
+    ``then`` (unit id, parameters): the ZeRO-3 unit used after the last layer (the
+    head forward, the embedding backward), prefetched as the next layer would be;
+    returns its gather. ``fetcher``: DeepSpeed ZeRO-3's, for this pass."""
+    ctx = b.ctx
+    if fetcher is not None:
+        chunk_layers_per_tensor(b, layers, mb, forward, record, fetcher)
+        return None
+    fsdp, zero3 = ctx.parallel.fsdp, ctx.parallel.zero_stage >= 3
+    regather = zero3 and sharded.gathers(ctx, forward, mb)
+    frees = zero3 and sharded.frees(ctx, forward, record)
+    prefetch = fsdp.prefetch if fsdp else True
+    early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
+    memory = memory_by_kind(ctx)
+    order = list(layers) if forward else list(layers)[::-1]
+    phase = Phase.FORWARD if forward else Phase.BACKWARD
+    pending = _gather_next(b, order[0], phase, mb, None) if regather and order else None
+    for n, layer in enumerate(order):
+        kept, transient = memory[ctx.model.is_moe_layer(layer)]
+        free = sharded.freed_layer(ctx, layer) if frees else ()
+        nxt = order[n + 1] if n + 1 < len(order) else (then[0] if then else None)
+        unit = then[1] if then and n + 1 == len(order) else None
+        ahead = zero3 and (regather or unit is not None) and nxt is not None
+        # Prefetch: the next layer's gather is issued as this layer's compute starts,
+        # ahead of this layer's reduce-scatter (one layer ahead, as FSDP's forward
+        # prefetch and its BACKWARD_PRE backward prefetch do); with BACKWARD_POST or
+        # without prefetch, when this layer's compute ends, still ahead of the
+        # reduce-scatter (FSDP runs them on two streams).
+        upcoming = _gather_next(b, nxt, phase, mb, unit) if (
+            ahead and prefetch and early) else None
+        if forward:
+            if pending is None and layer in b.param_ready:  # overlap_param_gather
+                pending = (b.param_ready.pop(layer),)
+            layer_pass(b, layer, mb, True, pending or (), ((kept, "activations"),) + free)
+        else:
+            if ctx.training.recompute is Recompute.FULL:
+                layer_pass(b, layer, mb, True, pending or (), ((transient, "activations"),))
+                pending = None
+            layer_pass(b, layer, mb, False, pending or (),
+                        ((-kept - transient, "activations"),) + free, record)
+        if ahead and upcoming is None:
+            upcoming = _gather_next(b, nxt, phase, mb, unit)
+        if zero3 and record and not forward:
+            sharded.reduce_layer(b, layer, mb)
+        pending = upcoming
+    return pending
+
+
+def _gather_next(b: Stage, nxt: int, phase: Phase, mb: int, unit: int | None):
+    """The ZeRO-3 gathers of layer ``nxt`` (a tuple), or of the unit of ``unit``
+    parameters used after a chunk's last layer (its one gather)."""
+    if unit is not None:
+        return sharded.gather(b, nxt, phase, mb, b.last_compute, unit)
+    return sharded.gather_layer(b, nxt, phase, mb, b.last_compute)
