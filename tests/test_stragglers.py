@@ -89,5 +89,5 @@ def test_bad_slow_parts_name_the_field(cluster, match):
 
 def test_rank_folding_refuses_stragglers():
     raw = {**scenario(slow={"gpu 1": 1.2}), "simulation": {"fold_ranks": True}}
-    with pytest.raises(ScenarioError, match="no cluster.slow or gpu_speed_spread"):
+    with pytest.raises(ScenarioError, match="no cluster.slow, throttle or gpu_speed_spread"):
         from_dict(raw)

@@ -64,13 +64,22 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
 
 
 def _straggler_lines(summary: dict) -> list[str]:
-    """The slowest GPUs, where some compute slower than others."""
-    if "stragglers" not in summary:
-        return []
-    slowest = ", ".join(f"rank {r} x{f:.3f}" for r, f in summary["stragglers"][:4])
-    more = summary["straggler_count"] - min(4, len(summary["stragglers"]))
-    return [f"stragglers       {summary['straggler_count']:,} GPU(s) slower than the kernel "
-            f"table: {slowest or 'none'}" + (f" and {more:,} more" if more > 0 else "")]
+    """The slowest GPUs, where some compute slower than others, and the throttled."""
+    lines = []
+    if "stragglers" in summary:
+        slowest = ", ".join(f"rank {r} x{f:.3f}" for r, f in summary["stragglers"][:4])
+        more = summary["straggler_count"] - min(4, len(summary["stragglers"]))
+        lines.append(f"stragglers       {summary['straggler_count']:,} GPU(s) slower than the "
+                     f"kernel table: {slowest or 'none'}"
+                     + (f" and {more:,} more" if more > 0 else ""))
+    if "throttled" in summary:
+        shown = "; ".join(f"rank {r} " + ", ".join(f"x{f:g} from {format_time(t)}"
+                                                     for t, f in steps)
+                          for r, steps in summary["throttled"][:3])
+        more = summary["throttled_count"] - min(3, len(summary["throttled"]))
+        lines.append(f"throttled        {summary['throttled_count']:,} GPU(s): {shown}"
+                     + (f" and {more:,} more" if more > 0 else ""))
+    return lines
 
 
 def _moe_lines(summary: dict) -> list[str]:

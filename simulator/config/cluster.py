@@ -22,6 +22,7 @@ from simulator.base.fields import (
     text,
 )
 from simulator.base.user_files import read_yaml, user_path
+from simulator.compute import throttle
 from simulator.compute.stragglers import check_parts, slow_parts
 from topologies import CLUSTERS, GPUS, ClusterSpec, GpuSpec, build_cluster, faults
 from topologies.gpus import MAX_OVERLAP_SLOWDOWN, GpuFileError, calibrated, check_calibration
@@ -62,6 +63,7 @@ SCHEMA = {
     "compute_jitter": (number(0.0, 1.0), 0.0),
     "slow": (slow_parts, ()),  # slow GPUs and nodes (simulator.compute.stragglers)
     "gpu_speed_spread": (number(0.0, 1.0), 0.0),  # sigma of each GPU's log-normal speed
+    "throttle": (throttle.parse, ()),  # speeds that change over time (compute.throttle)
     "calibration": (text, None),
     "kernel_table": (text, None),
     "overlap_slowdown": (number(1.0, MAX_OVERLAP_SLOWDOWN), None),  # None: the GPU file's
@@ -80,11 +82,13 @@ class Machine:
     graph: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
     slow: tuple[tuple[str, int, float], ...] = ()  # ("node" | "gpu", index, factor)
     gpu_speed_spread: float = 0.0
+    throttle: tuple[tuple[str, int, throttle.Schedule], ...] = ()  # (part, index, schedule)
 
     @property
     def stragglers(self) -> bool:
-        """Whether some GPUs compute at their own speed (``compute.stragglers``)."""
-        return bool(self.slow) or self.gpu_speed_spread > 0
+        """Whether some GPUs compute at their own speed (``compute.stragglers``,
+        ``compute.throttle``)."""
+        return bool(self.slow) or self.gpu_speed_spread > 0 or bool(self.throttle)
 
     def build_graph(self) -> nx.DiGraph:
         if self.graph is not None:
@@ -182,9 +186,10 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
                                                 f"{graph.graph['servers']} servers")
         nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
     check_parts(values["slow"], nodes, gpus)
+    throttle.check_parts(values["throttle"], nodes, gpus)
     broken = (values.get("fabric") or {}).get("faults", ())
     if broken:  # applied now, so that a bad fault is an error before the run
         graph = faults.apply(graph if graph is not None else build_cluster(cluster, nodes),
                              broken)
     return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
-                   values["slow"], values["gpu_speed_spread"])
+                   values["slow"], values["gpu_speed_spread"], values["throttle"])

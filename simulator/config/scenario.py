@@ -110,8 +110,12 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
         if on and (machine.compute_jitter > 0 or machine.stragglers):
             raise fail(f"simulation.{key}", True, "needs cluster.compute_jitter 0 and no "
-                                                   "cluster.slow or gpu_speed_spread: it "
+                                                   "cluster.slow, throttle or gpu_speed_spread: it "
                                                    "assumes the ranks it shares are identical")
+    if sim["span_detail"] == "layer" and machine.throttle:
+        raise fail("simulation.span_detail", "layer", "cannot be used with cluster.throttle: "
+                                                      "a throttled GPU's kernels are timed one "
+                                                      "by one (give span_detail: kernel)")
     if fold and gangs:
         raise fail("simulation.tensor_parallel_gangs", True, "cannot be combined with "
                                                               "simulation.fold_ranks; give one")

@@ -58,7 +58,7 @@ class BatchedCompute(Engine):
         path: plain loops, no helpers); return the next position and the end."""
         ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
         phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
-        count = len(indices)
+        count, clock = len(indices), self._clocks.get(rank)
         while pos < count:
             i = indices[pos]
             op = ops[i]
@@ -67,7 +67,7 @@ class BatchedCompute(Engine):
                 if start is None:
                     return pos, t
                 t = start
-            end = t + durations[i]
+            end = t + durations[i] if clock is None else clock(t, durations[i])
             spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
                           op.microbatch, op.layer, op.bytes, -1))
             if watched[i]:

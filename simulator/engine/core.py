@@ -4,7 +4,9 @@ Each (rank, stream) pair is one SimPy process walking its ops in order, like a
 CUDA stream. An op first waits for its ``deps`` (ops of other streams of the
 same rank). Then:
 
-- a compute op occupies its stream for its duration (one ``compute`` span);
+- a compute op occupies its stream for its duration (one ``compute`` span),
+  or, on a GPU whose speed changes over time, until its clock says its work is
+  done (``clocks``: ``compute.throttle``);
 - a collective joins the n-th call of its group (NCCL requires every member to
   call a group's collectives in the same order); the call starts when the last
   member arrives (the wait is a ``wait`` span), then runs as the lowering's
@@ -34,7 +36,7 @@ function (collective, GPUs, bytes) -> Lowered, such as ``Collectives``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 
 import numpy as np
@@ -61,11 +63,14 @@ class Engine:
 
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
-                 lowering: Callable[..., Lowered]) -> None:
+                 lowering: Callable[..., Lowered],
+                 clocks: Mapping[int, Callable[[float, float], float]] | None = None) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
+        # per rank whose GPU's speed changes over time: (start, work) -> end
+        self._clocks: Mapping[int, Callable[[float, float], float]] = clocks or {}
         self.ranks: list[int] = list(range(program.ranks))  # ranks whose programs run
         self.env = simpy.Environment()
         self.network = Network(self.env, fabric.capacity)
@@ -139,8 +144,9 @@ class Engine:
                  durations: list[float]) -> tuple[int, float]:
         """Run the compute op at stream position ``pos`` now (its inputs are there):
         return the next position and when the stream is free again."""
-        i = indices[pos]
-        op, end = self.program.ops[rank][i], self.env.now + durations[i]
+        i, clock = indices[pos], self._clocks.get(rank)
+        op = self.program.ops[rank][i]
+        end = self.env.now + durations[i] if clock is None else clock(self.env.now, durations[i])
         self.spans.append((rank, op.stream, "compute", op.name, self.env.now, end,
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, -1))
         self._finish(rank, i, end)

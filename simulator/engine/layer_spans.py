@@ -19,6 +19,7 @@ from itertools import accumulate
 
 from simulator.base.ir import COMPUTE_STREAM, Op, OpKind
 from simulator.engine.batching import BatchedCompute
+from simulator.engine.records import SimulationError
 
 Segment = tuple[int, list[tuple[int, int]], float]  # (end position, [(position, op)], bytes)
 
@@ -55,6 +56,9 @@ class LayerSpans(BatchedCompute):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self._clocks:  # its plans add durations up; a throttled clock does not
+            raise SimulationError("layer spans cannot run GPUs whose speed changes over time "
+                                  "(cluster.throttle)")
         self._segments: dict[int, dict[int, Segment]] = {}  # per op tuple
         self._cum: dict[int, list[float]] = {}  # per rank: compute duration prefix sums
 

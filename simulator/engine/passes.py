@@ -38,6 +38,7 @@ import pandas as pd
 
 from simulator.base.ir import COMPUTE_STREAM, PHASE_NAME, OpKind
 from simulator.engine.exclusive import ExclusiveLinks
+from simulator.engine.records import SimulationError
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Passes(ExclusiveLinks):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self._clocks:  # its plans add durations up; a throttled clock does not
+            raise SimulationError("replayed passes cannot run GPUs whose speed changes over time "
+                                  "(cluster.throttle)")
         self._step_at: dict[int, dict[int, tuple[int, int, object]]] = {}  # op tuple: pos ->
         self._templates: dict[tuple, Template | None] = {}  # (rank, key, first kernel,
         # its durations)

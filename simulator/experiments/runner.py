@@ -21,7 +21,7 @@ from simulator.analysis.summary import imbalance_cost, memory_timeline, summariz
 from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.collectives.tuner import Collectives
-from simulator.compute import stragglers
+from simulator.compute import stragglers, throttle
 from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
@@ -125,6 +125,15 @@ class RunResult:
 
 def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
+
+
+def _pace(speed, throttled: dict, ranks: int) -> list | None:
+    """What sets each rank's speed (its fixed factor, its throttle schedule), or
+    None when every GPU runs at the kernel table's speed."""
+    if speed is None and not throttled:
+        return None
+    return [(1.0 if speed is None else float(speed[r]), throttled.get(r, ()))
+            for r in range(ranks)]
 
 
 def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,
@@ -260,13 +269,17 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     nodes = [fabric.node_of(g) for g in placement]
     machine = scenario.machine
     speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed, nodes)
+    throttled = throttle.schedules(machine.throttle, nodes)
+    clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
     durations = _durations(program, model, scenario.training.host_launch, speed)
     lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
                            lockstep=scenario.step_model == "lockstep")
-    method = symmetry.choose(scenario, program, placement, fabric, batch_compute, speed)
+    pace = _pace(speed, throttled, program.ranks)
+    method = symmetry.choose(scenario, program, placement, fabric, batch_compute, pace,
+                             clocked=clocks is not None)
     if not method.full_because:  # (every rank's ops were checked above)
         footprint.check_run(program, _simulated_ranks(method, program))
-    elif speed is not None:  # every rank for its GPUs' speeds: not checked above
+    elif pace is not None:  # every rank for its GPUs' speeds: not checked above
         footprint.check_run(program, None)
     jittered: dict = {}  # the method's durations (a class's slowest member's: per method)
 
@@ -281,7 +294,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
         while True:
             try:
                 return engine_class(*method.plugins)(program, placement, durations_now,
-                                                     fabric, lowering, **method.options).run()
+                                                     fabric, lowering, clocks=clocks,
+                                                     **method.options).run()
             except NotInLockstep as diverged:  # a class's ranks diverged: split, run again
                 gc.collect()  # the stopped run's processes (cycles) while the collector is off
                 method = symmetry.refine(scenario, method, diverged, batch_compute,
@@ -314,7 +328,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
                    **{k: v for k, v in program.notes.items() if not k.startswith("_")},
-                   **stragglers.summary(speed),
+                   **stragglers.summary(speed), **throttle.summary(throttled),
                    **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
                    events=slowdown.events,
                    network_recomputes=result.network_recomputes,

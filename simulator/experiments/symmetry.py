@@ -28,7 +28,7 @@ symmetry (...)"`` or ``"all ranks: compute jitter breaks symmetry"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,39 +73,41 @@ MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more
 
 
 def choose(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
-           batch_compute: bool = True, speed: np.ndarray | None = None) -> Method:
+           batch_compute: bool = True, pace: Sequence[Hashable] | None = None,
+           clocked: bool = False) -> Method:
     """The plug-ins for ``scenario``: compute planning (batching, or layer spans),
     then the fastest exact rank reduction the scenario allows; with stragglers
-    (``speed``: each rank's slow-down factor) the classes start split by speed."""
+    (``pace``: what sets each rank's speed, its slow-down factor and throttle
+    schedule) the classes start split by pace. ``clocked``: some GPUs' speeds
+    change over time, so pipeline steps are not replayed (their instances differ)."""
     base = _planning(scenario, batch_compute)
+    replay = scenario.compute_jitter == 0 and not clocked  # jittered steps differ
     if scenario.fold_ranks:
         return Method((*base, "folding"))
     if scenario.gangs:
-        return _gangs(base, program, placement, fabric, automatic=False,
-                      replay=scenario.compute_jitter == 0)
-    why = why_full(scenario, program, batch_compute, speed)
+        return _gangs(base, program, placement, fabric, automatic=False, replay=replay)
+    why = why_full(scenario, program, batch_compute, pace)
     if why:
         return Method(base, full_because=why)
-    method = _gangs(base, program, placement, fabric, automatic=True,
-                    replay=scenario.compute_jitter == 0)  # jittered steps differ
-    if speed is not None:  # slow GPUs in classes of their own, and their group peers
-        represents = equitable(refined_by(method.options["represents"], speed), program.groups)
+    method = _gangs(base, program, placement, fabric, automatic=True, replay=replay)
+    if pace is not None:  # slow GPUs in classes of their own, and their group peers
+        represents = equitable(refined_by(method.options["represents"], pace), program.groups)
         method = replace(method, options={**method.options, "represents": represents})
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 
-def refined_by(represents: dict[int, tuple[int, ...]], speed: np.ndarray
+def refined_by(represents: dict[int, tuple[int, ...]], pace: Sequence[Hashable]
                ) -> dict[int, tuple[int, ...]]:
-    """``represents`` with each class split by its ranks' speed factors.
+    """``represents`` with each class split by its ranks' paces (speed factors).
 
-    >>> refined_by({0: (1, 2, 3)}, np.array([1.0, 1.3, 1.0, 1.3]))
+    >>> refined_by({0: (1, 2, 3)}, [1.0, 1.3, 1.0, 1.3])
     {0: (2,), 1: (3,)}
     """
     out: dict[int, tuple[int, ...]] = {}
     for rep, mates in represents.items():
-        parts: dict[float, list[int]] = {}
+        parts: dict[Hashable, list[int]] = {}
         for r in (rep, *mates):
-            parts.setdefault(float(speed[r]), []).append(r)
+            parts.setdefault(pace[r], []).append(r)
         out.update({ranks[0]: tuple(ranks[1:]) for ranks in parts.values()})
     return out
 
@@ -183,7 +185,7 @@ def _planning(scenario: Scenario, batch_compute: bool) -> tuple[str, ...]:
 
 
 def why_full(scenario: Scenario, program: Program, batch_compute: bool,
-             speed: np.ndarray | None = None) -> str:
+             pace: Sequence[Hashable] | None = None) -> str:
     """Why every rank must be simulated ("" when symmetry may reduce them)."""
     if scenario.symmetry == "full":
         return "simulation.symmetry is full"
@@ -194,7 +196,7 @@ def why_full(scenario: Scenario, program: Program, batch_compute: bool,
                 "rank per class)")
     if len(program_classes(program)) == program.ranks:
         return "every rank runs a program of its own"
-    if speed is not None and len(set(speed.tolist())) == program.ranks:
+    if pace is not None and len(set(pace)) == program.ranks:
         return "every GPU computes at a speed of its own (cluster.gpu_speed_spread)"
     return ""
 
