@@ -11,13 +11,19 @@ names in its errors; ``n3.nic2``, ``leaf0``, ``spine4``) or in words
   move to their server's surviving NICs (the least loaded first), as NCCL
   moves the channels of a failed NIC to the others; a server whose every NIC
   is down cannot reach its peers, which is an error naming its GPUs;
-- ``{switch: spine4, down: true}``: a switch and all its links.
+- ``{switch: spine4, down: true}``: a switch and all its links;
+- any of them with ``at: "20 ms"``: from that time into the iteration on
+  (``at`` 0, the default: from the start). ``epochs`` gives the fabric after
+  each such time, every fault started by then applied to the healthy fabric;
+  the engine changes the links' capacities then, and flows on a part that
+  failed move at once to routes over the survivors (an adaptive or
+  self-healing fabric; a real subnet manager may take longer to reroute).
 
 Routing already spreads over the equal-cost paths that remain (D-mod-K or the
 seeded hash over the survivors, ``topologies.routing``). A NIC cut off from the
 fabric's main part (its leaf lost every uplink) counts as failed; a server
-left with none is an error naming its GPUs. Faults hold for the whole
-iteration; a fault that starts during it is not modelled yet.
+left with none is an error naming its GPUs. A fault lasts to the iteration's
+end once it starts.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from simulator.base.fields import ScenarioError, fail
+from simulator.base.units import UnitError, parse_time
 
 KINDS = ("link", "nic", "switch")
 WORDS_NIC = re.compile(r"^\s*node\s+(\d+)\s+nic\s+(\d+)\s*$")
@@ -42,11 +49,13 @@ class Fault:
     kind: str
     names: tuple[str, ...]
     bandwidth: float
+    at: float = 0.0  # seconds into the iteration it starts
 
     def describe(self) -> str:
         what = " - ".join(self.names)
+        when = f" from {self.at * 1e3:g} ms" if self.at > 0 else ""
         return f"{self.kind} {what} " + ("down" if self.bandwidth == 0 else
-                                          f"at {self.bandwidth:.0%} of its bandwidth")
+                                          f"at {self.bandwidth:.0%} of its bandwidth") + when
 
 
 def parse(path: str, raw: object) -> tuple[Fault, ...]:
@@ -62,10 +71,10 @@ def _fault(path: str, entry: object) -> Fault:
     if not isinstance(entry, dict):
         raise fail(path, entry, "must be a mapping such as {nic: n3.nic2, down: true}")
     kinds = [k for k in KINDS if k in entry]
-    extra = sorted(set(entry) - {*KINDS, "down", "bandwidth"})
+    extra = sorted(set(entry) - {*KINDS, "down", "bandwidth", "at"})
     if len(kinds) != 1 or extra:
-        raise fail(path, entry, "must name one part (link, nic or switch) and say down: true "
-                                "or bandwidth: a share in (0, 1]")
+        raise fail(path, entry, "must name one part (link, nic or switch), say down: true "
+                                "or bandwidth: a share in (0, 1], and may say at: a time")
     kind = kinds[0]
     down, share = entry.get("down", False), entry.get("bandwidth")
     if not isinstance(down, bool) or (down and share is not None) or (not down and share is None):
@@ -81,7 +90,21 @@ def _fault(path: str, entry: object) -> Fault:
             raise fail(f"{path}.link", target, "must name its two ends: [a, b] or \"a - b\"")
     else:
         names = (str(target),)
-    return Fault(kind, tuple(str(n) for n in names), 0.0 if down else float(share))
+    return Fault(kind, tuple(str(n) for n in names), 0.0 if down else float(share),
+                 _start(f"{path}.at", entry.get("at", 0.0)))
+
+
+def _start(path: str, raw: object) -> float:
+    """When a fault starts: a time such as ``"20 ms"`` (0: from the start)."""
+    if raw == 0:
+        return 0.0
+    try:
+        at = parse_time(raw)
+    except UnitError as error:
+        raise ScenarioError(f"{path}: {error}") from None
+    if at < 0:
+        raise fail(path, raw, "must be a time from the iteration's start (>= 0)")
+    return at
 
 
 def _node_name(graph: nx.DiGraph, path: str, kind: str, name: str) -> str:
@@ -110,7 +133,7 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
     for i, fault in enumerate(faults):
         where = f"{path}[{i}]"
         names = [_node_name(out, where, fault.kind, n) for n in fault.names]
-        applied.append(Fault(fault.kind, tuple(names), fault.bandwidth))
+        applied.append(Fault(fault.kind, tuple(names), fault.bandwidth, fault.at))
         if fault.kind == "link":
             a, b = names
             if not out.has_edge(a, b):
@@ -131,6 +154,24 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
     _move_gpus_off_lost_nics(out, graph)
     out.graph["faults"] = [f.describe() for f in applied]
     return out
+
+
+def from_start(graph: nx.DiGraph, faults: Sequence[Fault]) -> nx.DiGraph:
+    """``graph`` with the faults present from the iteration's start applied (the
+    summary lists every fault, later ones too)."""
+    out = apply(graph, [f for f in faults if f.at == 0])
+    if any(f.at > 0 for f in faults):
+        out = out.copy() if out is graph else out
+        out.graph["faults"] = apply(graph, faults).graph["faults"]  # (names resolved)
+    return out
+
+
+def epochs(graph: nx.DiGraph, faults: Sequence[Fault],
+           path: str = "cluster.fabric.faults") -> tuple[tuple[float, nx.DiGraph], ...]:
+    """The fabric after each time a fault starts during the iteration: (time, the
+    healthy ``graph`` with every fault started by then applied), by time."""
+    times = sorted({f.at for f in faults if f.at > 0})
+    return tuple((t, apply(graph, [f for f in faults if f.at <= t], path)) for t in times)
 
 
 def _usable_nics(graph: nx.DiGraph) -> dict[int, list[str]]:

@@ -163,9 +163,11 @@ class Collectives:
     """NCCL-like choice and lowering of collective calls on one fabric."""
 
     def __init__(self, fabric: Fabric, algorithm: Algorithm | None = None,
-                 protocol: Protocol | None = None, lockstep: bool = False) -> None:
+                 protocol: Protocol | None = None, lockstep: bool = False,
+                 epoch: int = 0) -> None:
         self.fabric, self.algorithm, self.protocol = fabric, algorithm, protocol
         self.lockstep = lockstep
+        self.epoch = epoch  # the fabric's state (its n-th change): in every call's key
         self._plans: dict[tuple, Plan | None] = {}
         self._lowered: dict[tuple, Lowered] = {}
         self._by_shape: dict[tuple, tuple[int, Lowered]] = {}  # call shape -> choice
@@ -188,7 +190,8 @@ class Collectives:
                                                                self.lockstep))
             best, template = chosen
             lowered = self._lowered[key] = replace(template, routes=options[best][0].routes,
-                                                   key=("call", len(self._lowered)))
+                                                   key=("call", self.epoch,
+                                                        len(self._lowered)))
         return lowered
 
     def plan(self, kind: Collective, algorithm: Algorithm, gpus: Sequence[str]) -> Plan | None:

@@ -83,6 +83,9 @@ class Machine:
     slow: tuple[tuple[str, int, float], ...] = ()  # ("node" | "gpu", index, factor)
     gpu_speed_spread: float = 0.0
     throttle: tuple[tuple[str, int, throttle.Schedule], ...] = ()  # (part, index, schedule)
+    # the fabric after each time a fault starts during the iteration (topologies.faults)
+    changes: tuple[tuple[float, nx.DiGraph], ...] = dataclasses.field(
+        default=(), compare=False, repr=False)
 
     @property
     def stragglers(self) -> bool:
@@ -188,8 +191,9 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
     check_parts(values["slow"], nodes, gpus)
     throttle.check_parts(values["throttle"], nodes, gpus)
     broken = (values.get("fabric") or {}).get("faults", ())
+    later: tuple = ()
     if broken:  # applied now, so that a bad fault is an error before the run
-        graph = faults.apply(graph if graph is not None else build_cluster(cluster, nodes),
-                             broken)
+        healthy = graph if graph is not None else build_cluster(cluster, nodes)
+        graph, later = faults.from_start(healthy, broken), faults.epochs(healthy, broken)
     return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
-                   values["slow"], values["gpu_speed_spread"], values["throttle"])
+                   values["slow"], values["gpu_speed_spread"], values["throttle"], later)

@@ -7,6 +7,8 @@ same rank). Then:
 - a compute op occupies its stream for its duration (one ``compute`` span),
   or, on a GPU whose speed changes over time, until its clock says its work is
   done (``clocks``: ``compute.throttle``);
+- the fabric may change at given times (``changes``: a part fails or degrades
+  during the iteration): flows in flight go on at the new capacities;
 - a collective joins the n-th call of its group (NCCL requires every member to
   call a group's collectives in the same order); the call starts when the last
   member arrives (the wait is a ``wait`` span), then runs as the lowering's
@@ -64,13 +66,15 @@ class Engine:
     def __init__(self, program: Program, placement: Sequence[str],
                  durations: Callable[[int], np.ndarray], fabric: Fabric,
                  lowering: Callable[..., Lowered],
-                 clocks: Mapping[int, Callable[[float, float], float]] | None = None) -> None:
+                 clocks: Mapping[int, Callable[[float, float], float]] | None = None,
+                 changes: Sequence[tuple[float, Fabric, Callable[..., Lowered]]] = ()) -> None:
         if len(placement) != program.ranks:
             raise SimulationError(f"{program.ranks} ranks but {len(placement)} GPUs placed")
         self.program, self.placement, self.fabric = program, placement, fabric
         self._durations, self._lower = durations, lowering
         # per rank whose GPU's speed changes over time: (start, work) -> end
         self._clocks: Mapping[int, Callable[[float, float], float]] = clocks or {}
+        self._changes = changes  # (time, the fabric from then on, its lowering)
         self.ranks: list[int] = list(range(program.ranks))  # ranks whose programs run
         self.env = simpy.Environment()
         self.network = Network(self.env, fabric.capacity)
@@ -107,6 +111,9 @@ class Engine:
             for stream, indices in self._streams[rank].items():
                 self._cursor[(rank, stream)] = 0
                 self.env.process(self._process(rank, stream, indices, durations))
+        for at, fabric, lowering in self._changes:
+            self.env.timeout(at).callbacks.append(
+                lambda _event, f=fabric, low=lowering: self._change(f, low))
         events = 0
         try:
             while True:
@@ -118,6 +125,13 @@ class Engine:
         return EngineResult(self.spans, self.collectives, self.memory_events, events,
                             self.network.recomputes, self.ranks, self._expander(),
                             self._inexact())
+
+    def _change(self, fabric: Fabric, lowering: Callable[..., Lowered]) -> None:
+        """The fabric changes now (a part fails, degrades or recovers): flows in
+        flight continue at the new capacities (around failed parts), calls from
+        now on are lowered on the new fabric."""
+        self.fabric, self._lower = fabric, lowering
+        self.network.change(fabric.capacity, fabric.reroute)
 
     # -- hooks -------------------------------------------------------------------
 

@@ -263,7 +263,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
         footprint.check_run(program, None)
     graph = scenario.machine.build_graph()
-    fabric = Fabric(graph)
+    fabric = Fabric(graph, [g for _, g in scenario.machine.changes])
     placement = graph.graph["gpus"][: program.ranks]
     model = compute_model(scenario)
     nodes = [fabric.node_of(g) for g in placement]
@@ -272,11 +272,16 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     throttled = throttle.schedules(machine.throttle, nodes)
     clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
     durations = _durations(program, model, scenario.training.host_launch, speed)
-    lowering = Collectives(fabric, scenario.algorithm, scenario.protocol,
-                           lockstep=scenario.step_model == "lockstep")
+    def lowering_on(fabric_now: Fabric, epoch: int = 0) -> Collectives:
+        return Collectives(fabric_now, scenario.algorithm, scenario.protocol,
+                           lockstep=scenario.step_model == "lockstep", epoch=epoch)
+
+    lowering = lowering_on(fabric)
+    changes = [(at, later, lowering_on(later, k)) for k, (at, later) in
+               enumerate(((at, fabric.after(g)) for at, g in machine.changes), start=1)]
     pace = _pace(speed, throttled, program.ranks)
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute, pace,
-                             clocked=clocks is not None)
+                             clocked=clocks is not None, fabric_changes=bool(changes))
     if not method.full_because:  # (every rank's ops were checked above)
         footprint.check_run(program, _simulated_ranks(method, program))
     elif pace is not None:  # every rank for its GPUs' speeds: not checked above
@@ -295,7 +300,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
             try:
                 return engine_class(*method.plugins)(program, placement, durations_now,
                                                      fabric, lowering, clocks=clocks,
-                                                     **method.options).run()
+                                                     changes=changes, **method.options).run()
             except NotInLockstep as diverged:  # a class's ranks diverged: split, run again
                 gc.collect()  # the stopped run's processes (cycles) while the collector is off
                 method = symmetry.refine(scenario, method, diverged, batch_compute,

@@ -74,22 +74,26 @@ MAX_REFINEMENTS = 12  # splits before simulating every rank (each costs one more
 
 def choose(scenario: Scenario, program: Program, placement: list[str], fabric: Fabric,
            batch_compute: bool = True, pace: Sequence[Hashable] | None = None,
-           clocked: bool = False) -> Method:
+           clocked: bool = False, fabric_changes: bool = False) -> Method:
     """The plug-ins for ``scenario``: compute planning (batching, or layer spans),
     then the fastest exact rank reduction the scenario allows; with stragglers
     (``pace``: what sets each rank's speed, its slow-down factor and throttle
     schedule) the classes start split by pace. ``clocked``: some GPUs' speeds
-    change over time, so pipeline steps are not replayed (their instances differ)."""
+    change over time, so pipeline steps are not replayed (their instances differ);
+    ``fabric_changes``: the fabric changes during the run, so no call is settled
+    ahead at its time alone on the fabric (``exclusive_links``)."""
     base = _planning(scenario, batch_compute)
     replay = scenario.compute_jitter == 0 and not clocked  # jittered steps differ
     if scenario.fold_ranks:
         return Method((*base, "folding"))
     if scenario.gangs:
-        return _gangs(base, program, placement, fabric, automatic=False, replay=replay)
+        return _gangs(base, program, placement, fabric, automatic=False, replay=replay,
+                      settle=not fabric_changes)
     why = why_full(scenario, program, batch_compute, pace)
     if why:
         return Method(base, full_because=why)
-    method = _gangs(base, program, placement, fabric, automatic=True, replay=replay)
+    method = _gangs(base, program, placement, fabric, automatic=True, replay=replay,
+                    settle=not fabric_changes)
     if pace is not None:  # slow GPUs in classes of their own, and their group peers
         represents = equitable(refined_by(method.options["represents"], pace), program.groups)
         method = replace(method, options={**method.options, "represents": represents})
@@ -202,7 +206,7 @@ def why_full(scenario: Scenario, program: Program, batch_compute: bool,
 
 
 def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric: Fabric,
-           automatic: bool, replay: bool = True) -> Method:
+           automatic: bool, replay: bool = True, settle: bool = True) -> Method:
     """Gangs, whose calls on whole groups run as one batch (with exclusive links
     where they hold, and pipeline steps replayed from templates where ``replay``:
     every instance of a step kind must take the same time, which per-kernel
@@ -210,7 +214,7 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
     represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
     options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
-    exclusive = exclusive_dimensions(program, fabric, placement)
+    exclusive = exclusive_dimensions(program, fabric, placement) if settle else None
     if exclusive:
         options["exclusive"] = exclusive
     passes = ("passes",) if replay and exclusive and program.steps and base == (

@@ -76,6 +76,8 @@ class BatchNetwork(Network):
 
     def _start_parts(self, t: _Transfer) -> None:
         """Fire the parts with no flows now; start the rest."""
+        if self._dead is not None:  # on routes around the fabric's failed parts
+            t = self._rerouted(t)
         for p in self._part_ends(t.shape)[1]:
             self._fire(t, p)
         self._start(t)

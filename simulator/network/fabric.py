@@ -9,6 +9,8 @@ into link ids here and cached per pair; each route also has a transport class
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -38,24 +40,61 @@ class Route:
 
 
 class Fabric:
-    def __init__(self, graph: nx.DiGraph) -> None:
+    """``graph``'s links as arrays, with its routes. ``later``: the fabric as it will
+    be after changes during the run (parts failing or recovering), whose links
+    get ids too, with no capacity until ``after`` gives that fabric."""
+
+    def __init__(self, graph: nx.DiGraph, later: Sequence[nx.DiGraph] = ()) -> None:
         self.graph = graph
         self.index: dict[tuple[str, str], int] = {}
-        capacity, latency, kinds = [], [], []
-        for u, v, data in graph.edges(data=True):
-            bw = data.get("bandwidth")
-            if not isinstance(bw, (int, float)) or bw <= 0:
-                raise FabricError(f"edge {u}->{v}: bandwidth {bw!r} must be a positive number")
-            self.index[(u, v)] = len(capacity)
-            capacity.append(float(bw) * float(data.get("efficiency", 1.0)))
-            latency.append(float(data.get("latency", 0.0)))
-            kinds.append(data.get("link", "network"))
-        self.capacity = np.array(capacity)
+        latency, kinds = [], []
+        for g in (graph, *later):
+            for u, v, data in g.edges(data=True):
+                if (u, v) in self.index:
+                    continue
+                bw = data.get("bandwidth")
+                if not isinstance(bw, (int, float)) or bw <= 0:
+                    raise FabricError(f"edge {u}->{v}: bandwidth {bw!r} must be a positive "
+                                      "number")
+                self.index[(u, v)] = len(latency)
+                latency.append(float(data.get("latency", 0.0)))
+                kinds.append(data.get("link", "network"))
+        self.capacity = self._capacity(graph)
         self.latency = np.array(latency)
         self._link_kind = kinds
+        self._ends = list(self.index)  # per link id: (from, to)
         self._routes: dict[tuple[str, str], Route] = {}
         # the network kind's own routing (build_cluster records it; files: the default)
         self.routing: Routing = graph.graph.get("routing", Routing)(graph)
+
+    def _capacity(self, graph: nx.DiGraph) -> np.ndarray:
+        """Per link: bytes/s in ``graph`` (line rate times efficiency), 0 if absent."""
+        capacity = np.zeros(len(self.index))
+        for u, v, data in graph.edges(data=True):
+            capacity[self.index[(u, v)]] = float(data["bandwidth"]) * float(
+                data.get("efficiency", 1.0))
+        return capacity
+
+    def after(self, graph: nx.DiGraph) -> Fabric:
+        """This fabric as ``graph`` (one of ``later``) has it: the same link ids, that
+        graph's capacities (0 for links it lacks) and routes over its parts."""
+        out = copy.copy(self)
+        out.graph, out.capacity, out._routes = graph, self._capacity(graph), {}
+        out.routing = graph.graph.get("routing", Routing)(graph)
+        return out
+
+    def reroute(self, links: Sequence[int]) -> tuple[int, ...]:
+        """The links from the first link's start to the last one's end in this
+        fabric (a flow whose route lost a part takes this one instead)."""
+        src, dst = self._ends[links[0]][0], self._ends[links[-1]][1]
+        nodes = self.graph.nodes
+        if nodes[src].get("kind") == "gpu" and nodes[dst].get("kind") == "gpu":
+            return self.route(src, dst).links
+        try:
+            path = nx.shortest_path(self.graph, src, dst)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            raise FabricError(f"no route is left from {src} to {dst}") from None
+        return tuple(self.index[hop] for hop in zip(path, path[1:], strict=False))
 
     @property
     def proxies_through_peers(self) -> bool:

@@ -21,7 +21,7 @@ intra-server collectives never leave solo.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import simpy
@@ -101,6 +101,47 @@ class Network:
         self._shapes: dict[Hashable, _Shape] = {}
         self._rates: dict[tuple, list[np.ndarray]] = {}  # component mix -> rates
         self.recomputes = 0
+        self._dead: np.ndarray | None = None  # links down now (``change``)
+        self._reroute: Callable[[Sequence[int]], Sequence[int]] | None = None
+
+    def change(self, capacity: np.ndarray,
+               reroute: Callable[[Sequence[int]], Sequence[int]]) -> None:
+        """The links' capacities change now (a part of the fabric degrades, fails or
+        recovers). Every active transfer keeps the bytes it has moved; from now on
+        all share the new capacities, and the flows of any transfer, active or
+        started later, whose route crosses a link with no capacity left take
+        ``reroute(route)`` instead (the fabric's route over the parts that
+        survive), as an adaptive or self-healing fabric moves them at once."""
+        active = [self._from_solo(t) for t in self._solos.values()]
+        for component in self._components.values():
+            self._advance(component)
+            active += component.transfers
+        self._solos.clear()
+        self._components.clear()
+        self._owner[:] = -1
+        self._component_of[:] = -1
+        self.capacity = capacity
+        dead = capacity <= 0
+        self._dead, self._reroute = (dead if dead.any() else None), reroute
+        self._durations.clear()
+        self._rates.clear()
+        for shape in self._shapes.values():
+            shape.part_ends = None  # (batches: each part's alone time, at the old rates)
+        active = [self._rerouted(t) for t in active]
+        if active:
+            self._reschedule(self._new_component(active))
+
+    def _rerouted(self, t: _Transfer) -> _Transfer:
+        """``t`` with its flows over a dead link on new routes (itself if none is)."""
+        if self._dead is None or not self._dead[t.links].any():
+            return t
+        routes = [t.pair_link[t.pair_flow == f].tolist() for f in range(len(t.size))]
+        routes = [list(self._reroute(r)) if self._dead[r].any() else r for r in routes]
+        shape = _Shape(routes, t.size)
+        shape.part_flows = t.shape.part_flows
+        t.shape, t.key = shape, None  # (its own shape: nothing cached under its old key)
+        t.pair_flow, t.pair_link, t.links = shape.pair_flow, shape.pair_link, shape.links
+        return t
 
     def transfer(self, routes: Sequence[Sequence[int]], sizes: Sequence[float],
                  key: Hashable | None = None, then: float = 0.0,
@@ -122,6 +163,8 @@ class Network:
 
     def _start(self, t: _Transfer) -> None:
         """Run ``t`` solo if its links are free, else in a component with their users."""
+        if self._dead is not None:
+            t = self._rerouted(t)
         owners = self._owner[t.links]
         touched = self._component_of[t.links]
         if owners.max() < 0 and touched.max() < 0:  # every link free (the common case)
