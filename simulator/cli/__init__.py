@@ -7,6 +7,7 @@
     clustersim comms RUN_DIR [--csv FILE] [--plot FILE]
     clustersim compare RUN_A RUN_B [--out FILE]
     clustersim trace RUN_DIR [--ranks 0-7,64] [--out FILE]
+    clustersim blame RUN_DIR [--out FILE] [--top N]
     clustersim sweep BASE.yaml --grid KEY=V1,V2 [--zip KEY=V1,V2 ...] --out DIR
                      [--workers N] [--dask tcp://HOST:8786] [--retry-failed]
     clustersim sweep SWEEP.yaml --out DIR ...   (a file with base, grid, zip)
@@ -29,6 +30,7 @@ import traceback
 from collections.abc import Sequence
 
 from simulator.cli import (
+    blame,
     calibrate,
     collective,
     comms,
@@ -51,7 +53,7 @@ from simulator.outputs.run_dir import RunDirError
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
 COMMANDS = {"run": run, "presets": presets, "collective": collective, "gantt": gantt,
-            "comms": comms, "compare": compare, "trace": trace, "sweep": sweep,
+            "comms": comms, "compare": compare, "trace": trace, "blame": blame, "sweep": sweep,
             "search": search, "plot": plot, "validate": validate, "calibrate": calibrate}
 
 

@@ -51,6 +51,9 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         *_moe_lines(summary),
         *_straggler_lines(summary),
         *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
+        *(["blame            " + "; ".join(
+            f"{c['kind']} {c['cause']} {format_time(c['seconds'])}" for c in summary["blame"][:3])
+           + " beyond the ideal (clustersim blame RUN_DIR)"] if summary.get("blame") else []),
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",

@@ -138,6 +138,19 @@ class Clock:
         return self._times[j] + (target - self._work[j]) * self._factors[j]
 
 
+    def work(self, start: float, end: float) -> float:
+        """Full-speed seconds of work done from ``start`` to ``end``.
+
+        >>> Clock(((1.0, 2.0),)).work(0.5, 2.0)
+        1.0
+        """
+        return self._done(end) - self._done(start)
+
+    def _done(self, t: float) -> float:
+        k = bisect.bisect_right(self._times, t) - 1
+        return self._work[k] + (t - self._times[k]) / self._factors[k]
+
+
 def summary(throttled: Mapping[int, Schedule], top: int = 8) -> dict[str, object]:
     """Summary keys: the throttled ranks and their schedules (the first ``top``)."""
     if not throttled:

@@ -86,6 +86,11 @@ class Machine:
     # the fabric after each time a fault starts during the iteration (topologies.faults)
     changes: tuple[tuple[float, nx.DiGraph], ...] = dataclasses.field(
         default=(), compare=False, repr=False)
+    healthy: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def healthy_graph(self) -> nx.DiGraph:
+        """The fabric without its faults (the ideal that blame measures against)."""
+        return self.healthy if self.healthy is not None else self.build_graph()
 
     @property
     def stragglers(self) -> bool:
@@ -191,9 +196,10 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
     check_parts(values["slow"], nodes, gpus)
     throttle.check_parts(values["throttle"], nodes, gpus)
     broken = (values.get("fabric") or {}).get("faults", ())
-    later: tuple = ()
+    later, healthy = (), None
     if broken:  # applied now, so that a bad fault is an error before the run
         healthy = graph if graph is not None else build_cluster(cluster, nodes)
         graph, later = faults.from_start(healthy, broken), faults.epochs(healthy, broken)
     return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
-                   values["slow"], values["gpu_speed_spread"], values["throttle"], later)
+                   values["slow"], values["gpu_speed_spread"], values["throttle"], later,
+                   healthy)

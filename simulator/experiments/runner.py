@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.analysis.blame import TOP
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import imbalance_cost, memory_timeline, summarize
 from simulator.base import footprint
 from simulator.base.ir import Program
-from simulator.collectives.tuner import Collectives
 from simulator.compute import stragglers, throttle
 from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
@@ -38,7 +38,7 @@ from simulator.engine.records import (
     NotInLockstep,
     SimulationError,
 )
-from simulator.experiments import contention, symmetry
+from simulator.experiments import blame, contention, symmetry
 from simulator.network.fabric import Fabric
 from workloads.program import build_program
 
@@ -125,6 +125,19 @@ class RunResult:
 
 def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
+
+
+def _work(speed, clocks: dict | None):
+    """A function (rank, start, end) -> full-speed seconds of compute its GPU did
+    then (``analysis.blame``), or None when every GPU runs at full speed."""
+    if speed is None and not clocks:
+        return None
+
+    def work(rank: int, start: float, end: float) -> float:
+        clock = (clocks or {}).get(rank)
+        done = end - start if clock is None else clock.work(start, end)
+        return done / (1.0 if speed is None else float(speed[rank]))
+    return work
 
 
 def _pace(speed, throttled: dict, ranks: int) -> list | None:
@@ -272,13 +285,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     throttled = throttle.schedules(machine.throttle, nodes)
     clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
     durations = _durations(program, model, scenario.training.host_launch, speed)
-    def lowering_on(fabric_now: Fabric, epoch: int = 0) -> Collectives:
-        return Collectives(fabric_now, scenario.algorithm, scenario.protocol,
-                           lockstep=scenario.step_model == "lockstep", epoch=epoch)
-
-    lowering = lowering_on(fabric)
-    changes = [(at, later, lowering_on(later, k)) for k, (at, later) in
-               enumerate(((at, fabric.after(g)) for at, g in machine.changes), start=1)]
+    states = blame.states_of(scenario, fabric)  # (from time, fabric, lowering)
+    lowering, changes = states[0][2], states[1:]
     pace = _pace(speed, throttled, program.ranks)
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute, pace,
                              clocked=clocks is not None, fabric_changes=bool(changes))
@@ -317,6 +325,10 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
     if "_moe_load_factors" in program.notes:
         summary["moe_imbalance_s"] = imbalance_cost(spans, summary["critical_rank"],
                                                     *program.notes["_moe_load_factors"])
+    comms = _comms(result.collectives)
+    context = blame.Context(program.groups, placement, states,
+                            blame.healthy_lowering(scenario, states), _work(speed, clocks))
+    summary["blame"] = [c.row() for c in blame.causes(spans, comms, path, context)[:TOP]]
     folded = None
     if result.expand is not None:
         if len(spans) * program.ranks <= EXPAND_SPANS * len(ranks):
@@ -339,7 +351,7 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    network_recomputes=result.network_recomputes,
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
-    return RunResult(scenario, summary, spans, _comms(result.collectives), list(placement),
+    return RunResult(scenario, summary, spans, comms, list(placement),
                      nodes, memory, {"stage": stages, "stage_of": program.stage,
                                      "critical_path": path},
                      (program.groups, fabric, lowering), folded)

@@ -83,6 +83,10 @@ class Fabric:
         out.routing = graph.graph.get("routing", Routing)(graph)
         return out
 
+    def ends(self, link: int) -> tuple[str, str]:
+        """The parts a link joins (from, to)."""
+        return self._ends[link]
+
     def reroute(self, links: Sequence[int]) -> tuple[int, ...]:
         """The links from the first link's start to the last one's end in this
         fabric (a flow whose route lost a part takes this one instead)."""

@@ -75,6 +75,7 @@ class FinishedRun:
     placement: list[str]  # the GPU of each rank
     nodes: list[int] = field(default_factory=list)  # the server of each rank
     folded: Folded | None = None  # spans hold one rank per class (see classes.csv)
+    scenario: dict = field(default_factory=dict)  # scenario.yaml, as given
 
     def spans_of(self, ranks: list[int]) -> pd.DataFrame:
         """The spans of ``ranks``, expanded from their classes in a folded run."""
@@ -237,4 +238,4 @@ def read(path: str | Path) -> FinishedRun:
     for column in SPAN_TEXT:
         spans[column] = spans[column].astype(str).astype("category")
     return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms,
-                       placement, nodes, folded)
+                       placement, nodes, folded, scenario)

@@ -1,0 +1,182 @@
+"""Blame: what set the iteration time beyond the ideal, ranked.
+
+The critical path (``analysis.critical_path``) is the chain of spans whose
+length is the iteration time. Each of its spans is measured against what it
+would have taken on an ideal cluster, and the excess is charged to a cause:
+
+- a **compute** span on a GPU slower than the kernel table (``cluster.slow``,
+  ``gpu_speed_spread``, ``throttle``) took ``duration - work`` more than at full
+  speed, where ``work`` is the kernel time at full speed (``pace``); charged
+  to that rank (a straggler). A host-bound kernel's launch floor, which a slow
+  GPU does not change, is counted as slowed too, so this is an upper bound;
+- a **communication** span took ``duration - alone``, where ``alone`` is the
+  same call alone on the healthy fabric (no faults, no other traffic); charged
+  to the link of its routes that was the most loaded while it ran (bytes of
+  every call crossing it over its capacity then, ``link_load``): a congested
+  or degraded link. Another job's calls crossing that link (``job`` of the
+  link's traffic) make that job the cause instead.
+
+Waiting is not on the path where its cause is simulated (the path runs
+through the late rank instead), so the causes above cover the excess. The
+slowest rank of each collective call, the last to arrive, comes from the
+spans too (``last_arrivals``): the member that waited least, with the time
+every other member waited for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.analysis.traffic import step_counters
+
+MIN_EXCESS = 0.01  # a span within 1 % of its ideal is charged to nothing
+TOP = 8  # causes kept in the summary
+
+
+@dataclass
+class Cause:
+    """One thing the iteration waited for, and how long."""
+
+    kind: str  # "straggler", "link" or "job"
+    name: str  # "rank 5", "n1.nic0 -> leaf1", a job's name
+    seconds: float
+    detail: str = ""
+
+    def row(self) -> dict:
+        return {"kind": self.kind, "cause": self.name, "seconds": self.seconds,
+                "detail": self.detail}
+
+
+def last_arrivals(spans: pd.DataFrame) -> pd.DataFrame:
+    """Per collective call with waiting (rows of the communication log): the member
+    that arrived last (waited least; ties: the lowest rank) and how long the
+    others waited for it in all (rank-seconds)."""
+    comm = spans[(spans["call"] >= 0) & spans["kind"].isin(["comm", "wait"])]
+    if comm.empty:
+        return pd.DataFrame(columns=["call", "rank", "members", "waited_s"])
+    waited = np.where(comm["kind"].to_numpy() == "wait",
+                      comm["end"].to_numpy() - comm["start"].to_numpy(), 0.0)
+    per = pd.DataFrame({"call": comm["call"].to_numpy(), "rank": comm["rank"].to_numpy(),
+                        "waited": waited}).groupby(["call", "rank"], sort=True).sum()
+    per = per.reset_index()
+    totals = per.groupby("call")["waited"].agg(["sum", "size"])
+    late = per.sort_values(["call", "waited", "rank"]).drop_duplicates("call")
+    out = pd.DataFrame({"call": late["call"].to_numpy(), "rank": late["rank"].to_numpy(),
+                        "members": totals.loc[late["call"], "size"].to_numpy(),
+                        "waited_s": totals.loc[late["call"], "sum"].to_numpy()})
+    return out[out["waited_s"] > 0].reset_index(drop=True)
+
+
+def ranks_to_blame(last: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: the calls it arrived last at and the rank-seconds others waited."""
+    if last.empty:
+        return pd.DataFrame(columns=["rank", "calls_last", "caused_wait_s"])
+    out = last.groupby("rank").agg(calls_last=("call", "size"),
+                                   caused_wait_s=("waited_s", "sum")).reset_index()
+    return out.sort_values(["caused_wait_s", "rank"], ascending=[False, True],
+                           ignore_index=True)
+
+
+class LinkLoad:
+    """Bytes per second on each link over time, every call's bytes spread evenly
+    over its run (as ``analysis.traffic``): ``bytes(link, start, end)``."""
+
+    def __init__(self, rows: Mapping[int, tuple[np.ndarray, np.ndarray, np.ndarray]]):
+        """``rows``: per link, (starts, ends, bytes) of the calls crossing it."""
+        self._area: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows = rows
+        for link, (start, end, size) in rows.items():
+            keep = end > start
+            rate = size[keep] / (end[keep] - start[keep])
+            times, values = step_counters(np.concatenate([start[keep], end[keep]]),
+                                          np.concatenate([rate, -rate]))
+            area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(times))])
+            self._area[link] = (times, area)
+
+    @property
+    def links(self) -> list[int]:
+        return sorted(self._area)
+
+    def bytes(self, link: int, start: float, end: float) -> float:
+        times, area = self._area.get(link, (None, None))
+        if times is None or len(times) < 2:
+            return 0.0
+        a, b = np.interp([start, end], times, area)
+        return float(b - a)
+
+    def matrix(self, links: Sequence[int], edges: np.ndarray) -> np.ndarray:
+        """Bytes per second of each of ``links`` averaged over each bin of ``edges``."""
+        out = np.zeros((len(links), len(edges) - 1))
+        for i, link in enumerate(links):
+            times, area = self._area.get(link, (None, None))
+            if times is not None and len(times) >= 2:
+                out[i] = np.diff(np.interp(edges, times, area)) / np.diff(edges)
+        return out
+
+
+def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
+                work: Callable[[int, float, float], float] | None,
+                alone: Callable[[int], tuple[float, Sequence[int]]],
+                load: LinkLoad, capacity: Callable[[int, float, float], float],
+                link_name: Callable[[int], str], link_state: Callable[[int], str],
+                job_of: Callable[[int, float, float], str | None] | None = None
+                ) -> list[Cause]:
+    """The critical path's excess over the ideal, per cause, largest first.
+
+    ``work(rank, start, end)``: full-speed seconds of compute a rank did in that
+    time (None: every GPU at full speed); ``alone(call)``: the call's time alone
+    on the healthy fabric and the links its routes crossed (none: not analysed); ``capacity(link,
+    start, end)``: the bytes it could carry then (its bandwidth changes where
+    parts fail during the run); ``job_of(link, start, end)``: another job whose
+    traffic loaded the link most then, if any."""
+    totals: dict[tuple[str, str], list] = {}
+
+    def charge(kind: str, name: str, seconds: float, detail: str) -> None:
+        entry = totals.setdefault((kind, name), [0.0, detail])
+        entry[0] += seconds
+
+    calls = spans["call"].to_numpy() if "call" in spans else None
+    for row in path.itertuples(index=False):
+        duration = row.end - row.start
+        if duration <= 0:
+            continue
+        if row.category == "compute" and work is not None:
+            excess = duration - work(int(row.rank), row.start, row.end)
+            if excess > MIN_EXCESS * duration:
+                charge("straggler", f"rank {int(row.rank)}", excess,
+                       "compute slower than at full speed")
+        elif row.category == "communication" and calls is not None and row.span >= 0:
+            call = int(calls[int(row.span)])
+            if call < 0:
+                continue
+            ideal, links = alone(call)
+            excess = duration - ideal
+            if excess <= MIN_EXCESS * duration:
+                continue
+            if not links:
+                charge("link", "other calls", excess, "links not analysed (smaller losses)")
+                continue
+            def loaded(link: int, row=row) -> float:
+                return load.bytes(link, row.start, row.end) / max(
+                    capacity(link, row.start, row.end), 1e-30)
+            busiest = max(links, key=lambda link: (loaded(link), -link))
+            use = loaded(busiest)
+            other = job_of(busiest, row.start, row.end) if job_of else None
+            if other is not None:
+                charge("job", other, excess, f"its traffic on {link_name(busiest)}")
+            else:
+                charge("link", link_name(busiest), excess, link_state(busiest))
+            entry = totals[("job" if other else "link", other or link_name(busiest))]
+            entry.append(use)
+    causes = []
+    for (kind, name), (seconds, detail, *uses) in totals.items():
+        if uses:
+            worst = max(uses)
+            load_text = "over its capacity" if worst > 10 else f"{100 * worst:.0f} % loaded"
+            detail = f"{detail}; {load_text} at worst".lstrip("; ")
+        causes.append(Cause(kind, name, seconds, detail))
+    return sorted(causes, key=lambda c: (-c.seconds, c.kind, c.name))

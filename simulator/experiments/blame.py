@@ -1,0 +1,209 @@
+"""Blame for a finished run: the inputs ``analysis.blame`` needs, from the run's
+fabric, lowering and GPU speeds (``clustersim blame RUN`` rebuilds them from
+the run directory's scenario, without simulating again).
+
+Each logged call is lowered again on the fabric it ran on (the state of the
+fabric at its start, where parts fail during the run) to know its links; its
+time alone comes from lowering it on the healthy fabric (no faults) and
+simulating it there alone (``collectives.tuner.isolated_time``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from simulator.analysis.blame import LinkLoad, path_causes
+from simulator.base.ir import Collective
+from simulator.collectives.tuner import Collectives, Lowered, isolated_time
+from simulator.network.fabric import Fabric
+
+CALL_KEYS = ["group", "group_index", "collective", "bytes"]
+ANALYSED = 16  # kinds of call on the critical path whose links' loads are worked out
+
+
+@dataclass
+class Context:
+    """What a run ran on: its groups and GPUs, the fabric in each state (from
+    time 0, then after each change) with its lowering, the healthy fabric's
+    lowering, and each rank's compute pace (``work``; None: full speed)."""
+
+    groups: dict
+    placement: Sequence[str]
+    states: list[tuple[float, Fabric, Callable]]  # (from time, fabric, lowering)
+    healthy: Collectives
+    work: Callable[[int, float, float], float] | None = None
+    _alone: dict = field(default_factory=dict)
+
+    def state_at(self, time: float) -> int:
+        starts = [at for at, _, _ in self.states]
+        return max(0, int(np.searchsorted(starts, time, side="right")) - 1)
+
+    def lowered(self, row, state: int):
+        members = self.groups[row.group][int(row.group_index)]
+        return self.states[state][2](Collective(row.collective),
+                                     [self.placement[r] for r in members], row.bytes)
+
+    def carried(self, link: int, start: float, end: float) -> float:
+        """Bytes ``link`` could carry from ``start`` to ``end``, state by state."""
+        starts = [at for at, _, _ in self.states] + [float("inf")]
+        return sum(float(fabric.capacity[link]) * max(0.0, min(end, starts[k + 1])
+                                                      - max(start, starts[k]))
+                   for k, (_, fabric, _) in enumerate(self.states))
+
+    def alone(self, comms: pd.DataFrame, call: int) -> tuple[float, tuple[int, ...]]:
+        """A logged call's time alone on the healthy fabric, and its links then."""
+        row = comms.iloc[call]
+        return self.alone_of(tuple(row[k] for k in CALL_KEYS), self.state_at(row["start"]))
+
+    def alone_of(self, call: tuple, state: int) -> tuple[float, tuple[int, ...]]:
+        """(time alone on the healthy fabric, links in ``state``) of a call given as
+        (group, group index, collective, bytes)."""
+        key = (*call, state)
+        if key not in self._alone:
+            group, index, collective, size = call
+            gpus = [self.placement[r] for r in self.groups[group][int(index)]]
+            healthy = self.healthy(Collective(collective), gpus, size)
+            ideal = isolated_time(self.healthy.fabric, healthy)
+            if healthy.steps == 1:
+                ideal += healthy.latency  # (the engine adds it after the flows)
+            actual = self.states[state][2](Collective(collective), gpus, size)
+            self._alone[key] = (ideal, links_of(actual))
+        return self._alone[key]
+
+
+def states_of(scenario, fabric: Fabric) -> list[tuple[float, Fabric, Collectives]]:
+    """The fabric in each state of the run (from 0, then after each change a
+    fault brings: ``Machine.changes``), each with its own lowering, whose call
+    keys carry the state's number."""
+    def lowering_on(now: Fabric, epoch: int) -> Collectives:
+        return Collectives(now, scenario.algorithm, scenario.protocol,
+                           lockstep=scenario.step_model == "lockstep", epoch=epoch)
+    states = [(0.0, fabric, lowering_on(fabric, 0))]
+    for k, (at, graph) in enumerate(scenario.machine.changes, start=1):
+        later = fabric.after(graph)
+        states.append((at, later, lowering_on(later, k)))
+    return states
+
+
+def healthy_lowering(scenario, states: list) -> Collectives:
+    """The lowering on the fabric without faults (the run's own when it has none)."""
+    if scenario.machine.healthy is None:
+        return states[0][2]
+    return Collectives(Fabric(scenario.machine.healthy_graph()), scenario.algorithm,
+                       scenario.protocol, lockstep=scenario.step_model == "lockstep", epoch=-1)
+
+
+def rebuild(scenario, groups: dict, placement: Sequence[str]) -> Context:
+    """A finished run's context from its scenario (no simulation; GPU speeds are
+    not needed for link loads)."""
+    machine = scenario.machine
+    fabric = Fabric(machine.build_graph(), [g for _, g in machine.changes])
+    states = states_of(scenario, fabric)
+    return Context(groups, placement, states, healthy_lowering(scenario, states))
+
+
+def links_of(lowered: Lowered) -> tuple[int, ...]:
+    """The links a lowered call's routes cross."""
+    return tuple(sorted({link for route in lowered.routes for link in route}))
+
+
+def link_load(comms: pd.DataFrame, context: Context, links: set[int] | None = None
+              ) -> LinkLoad:
+    """Every call's wire bytes on each link (``links`` only, if given) over its run."""
+    comms = comms[comms["end"].to_numpy() > comms["start"].to_numpy()]
+    starts = np.array([at for at, _, _ in context.states])
+    state = np.maximum(np.searchsorted(starts, comms["start"].to_numpy(), side="right") - 1, 0)
+    frame = comms[CALL_KEYS].assign(state=state)
+    codes = frame.groupby([*CALL_KEYS, "state"], sort=False, observed=True).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange((codes.max() + 2) if len(codes) else 1))
+    start, end = comms["start"].to_numpy(), comms["end"].to_numpy()
+    per_link: dict[int, list[tuple[np.ndarray, float]]] = {}
+    firsts = frame.iloc[order[bounds[:-1]]].itertuples(index=False)
+    for k, row in enumerate(firsts):
+        lowered = context.lowered(row, int(row.state))
+        rows = order[bounds[k]:bounds[k + 1]]
+        volume: dict[int, float] = {}
+        for route, size in zip(lowered.routes, lowered.sizes, strict=True):
+            for link in route:
+                if links is None or link in links:
+                    volume[link] = volume.get(link, 0.0) + size * lowered.steps
+        for link, size in volume.items():
+            per_link.setdefault(link, []).append((rows, size))
+    return LinkLoad({link: (np.concatenate([start[r] for r, _ in parts]),
+                            np.concatenate([end[r] for r, _ in parts]),
+                            np.concatenate([np.full(len(r), s) for r, s in parts]))
+                     for link, parts in per_link.items()})
+
+
+def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
+           context: Context, analysed: int = ANALYSED) -> list:
+    """The ranked causes of the critical path's excess (``analysis.blame``): link
+    loads are worked out for the ``analysed`` kinds of call (same group, size and
+    fabric state) that lost the most time on the path; the rest is charged to
+    "other calls"."""
+    on_path = path[(path["category"] == "communication") & (path["span"] >= 0)]
+    calls = spans["call"].to_numpy()[on_path["span"].to_numpy(int)] if len(on_path) else []
+    calls = np.asarray(calls, dtype=np.int64)
+    calls = calls[calls >= 0]
+    rows = comms.iloc[np.unique(calls)]
+    starts = [at for at, _, _ in context.states]
+    state = np.maximum(np.searchsorted(starts, rows["start"].to_numpy(), side="right") - 1, 0)
+    kind_of = {int(c): (tuple(k), int(st)) for c, k, st in zip(
+        np.unique(calls).tolist(), rows[CALL_KEYS].itertuples(index=False, name=None),
+        state.tolist(), strict=True)}
+    lost: dict[tuple, float] = {}
+    for row in on_path.itertuples(index=False):
+        call = int(spans["call"].iat[int(row.span)])
+        if call >= 0:
+            kind = kind_of[call]
+            excess = row.end - row.start - context.alone_of(*kind)[0]
+            lost[kind] = lost.get(kind, 0.0) + max(0.0, excess)
+    top = set(sorted((k for k, v in lost.items() if v > 0), key=lambda k: -lost[k])[:analysed])
+    wanted = {link for kind in top for link in context.alone_of(*kind)[1]}
+    load = link_load(comms, context, wanted)
+    fabric, healthy = context.states[0][1], context.healthy.fabric
+
+    def alone(call: int) -> tuple[float, tuple[int, ...]]:
+        ideal, links = context.alone_of(*kind_of[call])
+        return ideal, links if kind_of[call] in top else ()
+
+    def healthy_capacity(link: int) -> float:
+        index = healthy.index.get(fabric.ends(link))
+        return float(healthy.capacity[index]) if index is not None else 1.0
+
+    def state_of(link: int) -> str:
+        worst = min(float(f.capacity[link]) / healthy_capacity(link)
+                    for _, f, _ in context.states)
+        return ("" if worst >= 1.0 - 1e-9 else "down" if worst <= 0 else
+                f"at {worst:.0%} of its bandwidth")
+
+    return path_causes(path, spans, context.work, alone, load, context.carried,
+                       lambda link: " -> ".join(fabric.ends(link)), state_of)
+
+
+def utilisation(comms: pd.DataFrame, context: Context, end: float, bins: int = 200,
+                top: int = 24) -> tuple[np.ndarray, list[str]]:
+    """The ``top`` links by their busiest bin (then their mean): each one's share of
+    what it could carry in each of ``bins`` equal bins from 0 to ``end`` (rows,
+    busiest first; a failed link that still had bytes to move counts as full)."""
+    load = link_load(comms, context)
+    links = [link for link in load.links if load.bytes(link, 0.0, end) > 0]
+    if not links or end <= 0:
+        return np.zeros((0, bins)), []
+    edges = np.linspace(0.0, end, bins + 1)
+    moved = load.matrix(links, edges) * np.diff(edges)
+    starts = [at for at, _, _ in context.states] + [float("inf")]
+    carried = np.zeros_like(moved)
+    for k, (_, fabric, _) in enumerate(context.states):
+        overlap = np.clip(np.minimum(edges[1:], starts[k + 1])
+                          - np.maximum(edges[:-1], starts[k]), 0.0, None)
+        carried += fabric.capacity[links][:, None] * overlap[None, :]
+    use = np.divide(moved, carried, out=np.where(moved > 0, 1.0, 0.0), where=carried > 0)
+    order = np.lexsort((-use.mean(axis=1), -use.max(axis=1)))[:top]
+    fabric = context.states[0][1]
+    return use[order], [" -> ".join(fabric.ends(links[i])) for i in order]
