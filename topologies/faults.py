@@ -156,13 +156,15 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
     return out
 
 
-def from_start(graph: nx.DiGraph, faults: Sequence[Fault]) -> nx.DiGraph:
-    """``graph`` with the faults present from the iteration's start applied (the
-    summary lists every fault, later ones too)."""
+def from_start(graph: nx.DiGraph, faults: Sequence[Fault],
+               later: Sequence[tuple[float, nx.DiGraph]] = ()) -> nx.DiGraph:
+    """``graph`` with the faults present from the iteration's start applied; with
+    faults that start later (``later``: their ``epochs``) the summary lists
+    every fault, as the last epoch's graph names them."""
     out = apply(graph, [f for f in faults if f.at == 0])
-    if any(f.at > 0 for f in faults):
+    if later:
         out = out.copy() if out is graph else out
-        out.graph["faults"] = apply(graph, faults).graph["faults"]  # (names resolved)
+        out.graph["faults"] = later[-1][1].graph["faults"]
     return out
 
 

@@ -13,8 +13,7 @@ would have taken on an ideal cluster, and the excess is charged to a cause:
   same call alone on the healthy fabric (no faults, no other traffic); charged
   to the link of its routes that was the most loaded while it ran (bytes of
   every call crossing it over its capacity then, ``link_load``): a congested
-  or degraded link. Another job's calls crossing that link (``job`` of the
-  link's traffic) make that job the cause instead.
+  or degraded link.
 
 Waiting is not on the path where its cause is simulated (the path runs
 through the late rank instead), so the causes above cover the excess. The
@@ -41,8 +40,8 @@ TOP = 8  # causes kept in the summary
 class Cause:
     """One thing the iteration waited for, and how long."""
 
-    kind: str  # "straggler", "link" or "job"
-    name: str  # "rank 5", "n1.nic0 -> leaf1", a job's name
+    kind: str  # "straggler" or "link"
+    name: str  # "rank 5", "n1.nic0 -> leaf1", "other calls"
     seconds: float
     detail: str = ""
 
@@ -88,7 +87,6 @@ class LinkLoad:
     def __init__(self, rows: Mapping[int, tuple[np.ndarray, np.ndarray, np.ndarray]]):
         """``rows``: per link, (starts, ends, bytes) of the calls crossing it."""
         self._area: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._rows = rows
         for link, (start, end, size) in rows.items():
             keep = end > start
             rate = size[keep] / (end[keep] - start[keep])
@@ -121,23 +119,23 @@ class LinkLoad:
 def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
                 work: Callable[[int, float, float], float] | None,
                 alone: Callable[[int], tuple[float, Sequence[int]]],
-                load: LinkLoad, capacity: Callable[[int, float, float], float],
-                link_name: Callable[[int], str], link_state: Callable[[int], str],
-                job_of: Callable[[int, float, float], str | None] | None = None
+                load: LinkLoad,
+                capacity: Callable[[Sequence[int], float, float], np.ndarray],
+                link_name: Callable[[int], str], link_state: Callable[[int], str]
                 ) -> list[Cause]:
     """The critical path's excess over the ideal, per cause, largest first.
 
     ``work(rank, start, end)``: full-speed seconds of compute a rank did in that
     time (None: every GPU at full speed); ``alone(call)``: the call's time alone
-    on the healthy fabric and the links its routes crossed (none: not analysed); ``capacity(link,
-    start, end)``: the bytes it could carry then (its bandwidth changes where
-    parts fail during the run); ``job_of(link, start, end)``: another job whose
-    traffic loaded the link most then, if any."""
-    totals: dict[tuple[str, str], list] = {}
+    on the healthy fabric and the links its routes crossed (none: not
+    analysed); ``capacity(links, start, end)``: the bytes each could carry then
+    (its bandwidth changes where parts fail during the run)."""
+    totals: dict[tuple[str, str], list] = {}  # (kind, name) -> [seconds, detail, worst]
 
-    def charge(kind: str, name: str, seconds: float, detail: str) -> None:
-        entry = totals.setdefault((kind, name), [0.0, detail])
+    def charge(kind: str, name: str, seconds: float, detail: str, use: float = -1.0):
+        entry = totals.setdefault((kind, name), [0.0, detail, -1.0])
         entry[0] += seconds
+        entry[2] = max(entry[2], use)
 
     calls = spans["call"].to_numpy() if "call" in spans else None
     for row in path.itertuples(index=False):
@@ -149,33 +147,26 @@ def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
             if excess > MIN_EXCESS * duration:
                 charge("straggler", f"rank {int(row.rank)}", excess,
                        "compute slower than at full speed")
-        elif row.category == "communication" and calls is not None and row.span >= 0:
-            call = int(calls[int(row.span)])
-            if call < 0:
-                continue
-            ideal, links = alone(call)
-            excess = duration - ideal
-            if excess <= MIN_EXCESS * duration:
-                continue
-            if not links:
-                charge("link", "other calls", excess, "links not analysed (smaller losses)")
-                continue
-            def loaded(link: int, row=row) -> float:
-                return load.bytes(link, row.start, row.end) / max(
-                    capacity(link, row.start, row.end), 1e-30)
-            busiest = max(links, key=lambda link: (loaded(link), -link))
-            use = loaded(busiest)
-            other = job_of(busiest, row.start, row.end) if job_of else None
-            if other is not None:
-                charge("job", other, excess, f"its traffic on {link_name(busiest)}")
-            else:
-                charge("link", link_name(busiest), excess, link_state(busiest))
-            entry = totals[("job" if other else "link", other or link_name(busiest))]
-            entry.append(use)
+            continue
+        call = int(calls[int(row.span)]) if (
+            row.category == "communication" and calls is not None and row.span >= 0) else -1
+        if call < 0:
+            continue
+        ideal, links = alone(call)
+        excess = duration - ideal
+        if excess <= MIN_EXCESS * duration:
+            continue
+        if not links:
+            charge("link", "other calls", excess, "links not analysed (smaller losses)")
+            continue
+        carried = np.maximum(capacity(links, row.start, row.end), 1e-30)
+        loaded = {link: load.bytes(link, row.start, row.end) / can
+                  for link, can in zip(links, carried.tolist(), strict=True)}
+        busiest = max(links, key=lambda link: (loaded[link], -link))
+        charge("link", link_name(busiest), excess, link_state(busiest), loaded[busiest])
     causes = []
-    for (kind, name), (seconds, detail, *uses) in totals.items():
-        if uses:
-            worst = max(uses)
+    for (kind, name), (seconds, detail, worst) in totals.items():
+        if worst >= 0:
             load_text = "over its capacity" if worst > 10 else f"{100 * worst:.0f} % loaded"
             detail = f"{detail}; {load_text} at worst".lstrip("; ")
         causes.append(Cause(kind, name, seconds, detail))

@@ -33,30 +33,39 @@ SPREAD_SEED = 23  # separates the speed draws from other seeded streams
 PART = re.compile(r"^\s*(node|gpu)\s+(\d+)\s*$")
 
 
+def part(path: str, key: object, value: object) -> tuple[str, int]:
+    """A part named ``node N`` or ``gpu N``: (kind, index); else an error naming it."""
+    match = PART.match(str(key))
+    if match is None:
+        raise fail(f"{path}.{key}", value, 'is not a part: allowed keys are "node N" '
+                                           'and "gpu N" (N from 0)')
+    return match.group(1), int(match.group(2))
+
+
+def factor(path: str, value: object, example: str) -> float:
+    """A slow-down factor (at least 1); ``example`` says what one means."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+        raise fail(path, value, f"must be a slow-down factor >= 1 ({example})")
+    return float(value)
+
+
 def slow_parts(path: str, raw: object) -> tuple[tuple[str, int, float], ...]:
     """Check a ``cluster.slow`` mapping: keys ``node N`` or ``gpu N``, values
     slow-down factors of at least 1."""
     if not isinstance(raw, Mapping):
         raise fail(path, raw, 'must be a mapping such as {"node 17": 1.3, "gpu 5": 1.1}')
-    parts = []
-    for key, value in raw.items():
-        match = PART.match(str(key))
-        if match is None:
-            raise fail(f"{path}.{key}", value, 'is not a part: allowed keys are "node N" '
-                                               'and "gpu N" (N from 0)')
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-            raise fail(f"{path}.{key}", value, "must be a slow-down factor >= 1 (1.3: its "
-                                               "kernels take 30 % longer)")
-        parts.append((match.group(1), int(match.group(2)), float(value)))
-    return tuple(sorted(parts))
+    return tuple(sorted((*part(path, key, value),
+                         factor(f"{path}.{key}", value, "1.3: its kernels take 30 % longer"))
+                        for key, value in raw.items()))
 
 
-def check_parts(parts: Sequence[tuple[str, int, float]], nodes: int, gpus: int) -> None:
-    """Every named part exists in the cluster."""
-    for kind, index, _ in parts:
+def check_parts(parts: Sequence[tuple], nodes: int, gpus: int,
+                path: str = "cluster.slow") -> None:
+    """Every named part ((kind, index, ...) each) exists in the cluster."""
+    for kind, index, *_ in parts:
         count = nodes if kind == "node" else gpus
         if index >= count:
-            raise fail(f"cluster.slow.{kind} {index}", index,
+            raise fail(f"{path}.{kind} {index}", index,
                        f"is not in the cluster: it has {count} {kind}s (0 to {count - 1})")
 
 

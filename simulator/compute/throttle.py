@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from simulator.base.fields import ScenarioError, fail
 from simulator.base.units import UnitError, parse_time
-from simulator.compute.stragglers import PART
+from simulator.compute.stragglers import factor, part
 
 Schedule = tuple[tuple[float, float], ...]  # (from time in s, factor), by time
 
@@ -41,39 +41,26 @@ def parse(path: str, raw: object) -> tuple[tuple[str, int, Schedule], ...]:
         raise fail(path, raw, f"must be a mapping of parts to schedules, such as {example}")
     parts = []
     for key, steps in raw.items():
-        where = f"{path}.{key}"
-        match = PART.match(str(key))
-        if match is None:
-            raise fail(where, steps, 'is not a part: allowed keys are "node N" and "gpu N"')
+        kind, index = part(path, key, steps)
         if not isinstance(steps, Mapping) or not steps:
-            raise fail(where, steps, f"must map times to slow-down factors, as in {example}")
-        parts.append((match.group(1), int(match.group(2)), _schedule(where, steps)))
+            raise fail(f"{path}.{key}", steps, "must map times to slow-down factors, as in "
+                                               f"{example}")
+        parts.append((kind, index, _schedule(f"{path}.{key}", steps)))
     return tuple(sorted(parts))
 
 
 def _schedule(path: str, steps: Mapping) -> Schedule:
     out = []
-    for when, factor in steps.items():
+    for when, value in steps.items():
         try:
             at = parse_time(when)
         except UnitError as error:
             raise ScenarioError(f"{path}: the time {when!r}: {error}") from None
         if at < 0:
             raise fail(f"{path}.{when}", when, "must be a time from the iteration's start (>= 0)")
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 1:
-            raise fail(f"{path}.{when}", factor, "must be a slow-down factor >= 1 (1.5: its "
-                                                 "kernels take 50 % longer from then on)")
-        out.append((at, float(factor)))
+        out.append((at, factor(f"{path}.{when}", value,
+                               "1.5: its kernels take 50 % longer from then on")))
     return tuple(sorted(out))
-
-
-def check_parts(parts: Sequence[tuple[str, int, Schedule]], nodes: int, gpus: int) -> None:
-    """Every throttled part exists in the cluster."""
-    for kind, index, _ in parts:
-        count = nodes if kind == "node" else gpus
-        if index >= count:
-            raise fail(f"cluster.throttle.{kind} {index}", index,
-                       f"is not in the cluster: it has {count} {kind}s (0 to {count - 1})")
 
 
 def combined(schedules: Sequence[Schedule]) -> Schedule:

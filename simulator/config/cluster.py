@@ -194,12 +194,13 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
                                                 f"{graph.graph['servers']} servers")
         nodes, gpus = graph.graph["servers"], len(graph.graph["gpus"])
     check_parts(values["slow"], nodes, gpus)
-    throttle.check_parts(values["throttle"], nodes, gpus)
+    check_parts(values["throttle"], nodes, gpus, "cluster.throttle")
     broken = (values.get("fabric") or {}).get("faults", ())
     later, healthy = (), None
     if broken:  # applied now, so that a bad fault is an error before the run
         healthy = graph if graph is not None else build_cluster(cluster, nodes)
-        graph, later = faults.from_start(healthy, broken), faults.epochs(healthy, broken)
+        later = faults.epochs(healthy, broken)
+        graph = faults.from_start(healthy, broken, later)
     return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
                    values["slow"], values["gpu_speed_spread"], values["throttle"], later,
                    healthy)

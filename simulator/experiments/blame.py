@@ -38,54 +38,56 @@ class Context:
     work: Callable[[int, float, float], float] | None = None
     _alone: dict = field(default_factory=dict)
 
-    def state_at(self, time: float) -> int:
+    def state_at(self, times: np.ndarray) -> np.ndarray:
+        """The fabric's state (index into ``states``) at each of ``times``."""
         starts = [at for at, _, _ in self.states]
-        return max(0, int(np.searchsorted(starts, time, side="right")) - 1)
+        return np.maximum(np.searchsorted(starts, times, side="right") - 1, 0)
 
-    def lowered(self, row, state: int):
-        members = self.groups[row.group][int(row.group_index)]
-        return self.states[state][2](Collective(row.collective),
-                                     [self.placement[r] for r in members], row.bytes)
+    def capacities(self, links: Sequence[int], starts: np.ndarray,
+                   ends: np.ndarray) -> np.ndarray:
+        """Bytes each of ``links`` could carry over each interval (links x intervals),
+        state by state."""
+        begins = [at for at, _, _ in self.states] + [float("inf")]
+        out = np.zeros((len(links), len(starts)))
+        for k, (_, fabric, _) in enumerate(self.states):
+            overlap = np.clip(np.minimum(ends, begins[k + 1]) - np.maximum(starts, begins[k]),
+                              0.0, None)
+            out += fabric.capacity[list(links)][:, None] * overlap[None, :]
+        return out
 
-    def carried(self, link: int, start: float, end: float) -> float:
-        """Bytes ``link`` could carry from ``start`` to ``end``, state by state."""
-        starts = [at for at, _, _ in self.states] + [float("inf")]
-        return sum(float(fabric.capacity[link]) * max(0.0, min(end, starts[k + 1])
-                                                      - max(start, starts[k]))
-                   for k, (_, fabric, _) in enumerate(self.states))
-
-    def alone(self, comms: pd.DataFrame, call: int) -> tuple[float, tuple[int, ...]]:
-        """A logged call's time alone on the healthy fabric, and its links then."""
-        row = comms.iloc[call]
-        return self.alone_of(tuple(row[k] for k in CALL_KEYS), self.state_at(row["start"]))
+    def lowered(self, call: tuple, state: int, healthy: bool = False) -> Lowered:
+        """A call given as (group, group index, collective, bytes), lowered on the
+        fabric in ``state`` (or on the healthy fabric)."""
+        group, index, collective, size = call
+        gpus = [self.placement[r] for r in self.groups[group][int(index)]]
+        lower = self.healthy if healthy else self.states[state][2]
+        return lower(Collective(collective), gpus, size)
 
     def alone_of(self, call: tuple, state: int) -> tuple[float, tuple[int, ...]]:
-        """(time alone on the healthy fabric, links in ``state``) of a call given as
-        (group, group index, collective, bytes)."""
+        """(time alone on the healthy fabric, links in ``state``) of a call."""
         key = (*call, state)
         if key not in self._alone:
-            group, index, collective, size = call
-            gpus = [self.placement[r] for r in self.groups[group][int(index)]]
-            healthy = self.healthy(Collective(collective), gpus, size)
+            healthy = self.lowered(call, state, healthy=True)
             ideal = isolated_time(self.healthy.fabric, healthy)
             if healthy.steps == 1:
                 ideal += healthy.latency  # (the engine adds it after the flows)
-            actual = self.states[state][2](Collective(collective), gpus, size)
-            self._alone[key] = (ideal, links_of(actual))
+            self._alone[key] = (ideal, links_of(self.lowered(call, state)))
         return self._alone[key]
+
+
+def _lowering(scenario, fabric: Fabric, epoch: int) -> Collectives:
+    return Collectives(fabric, scenario.algorithm, scenario.protocol,
+                       lockstep=scenario.step_model == "lockstep", epoch=epoch)
 
 
 def states_of(scenario, fabric: Fabric) -> list[tuple[float, Fabric, Collectives]]:
     """The fabric in each state of the run (from 0, then after each change a
     fault brings: ``Machine.changes``), each with its own lowering, whose call
     keys carry the state's number."""
-    def lowering_on(now: Fabric, epoch: int) -> Collectives:
-        return Collectives(now, scenario.algorithm, scenario.protocol,
-                           lockstep=scenario.step_model == "lockstep", epoch=epoch)
-    states = [(0.0, fabric, lowering_on(fabric, 0))]
+    states = [(0.0, fabric, _lowering(scenario, fabric, 0))]
     for k, (at, graph) in enumerate(scenario.machine.changes, start=1):
         later = fabric.after(graph)
-        states.append((at, later, lowering_on(later, k)))
+        states.append((at, later, _lowering(scenario, later, k)))
     return states
 
 
@@ -93,8 +95,7 @@ def healthy_lowering(scenario, states: list) -> Collectives:
     """The lowering on the fabric without faults (the run's own when it has none)."""
     if scenario.machine.healthy is None:
         return states[0][2]
-    return Collectives(Fabric(scenario.machine.healthy_graph()), scenario.algorithm,
-                       scenario.protocol, lockstep=scenario.step_model == "lockstep", epoch=-1)
+    return _lowering(scenario, Fabric(scenario.machine.healthy_graph()), -1)
 
 
 def rebuild(scenario, groups: dict, placement: Sequence[str]) -> Context:
@@ -115,17 +116,15 @@ def link_load(comms: pd.DataFrame, context: Context, links: set[int] | None = No
               ) -> LinkLoad:
     """Every call's wire bytes on each link (``links`` only, if given) over its run."""
     comms = comms[comms["end"].to_numpy() > comms["start"].to_numpy()]
-    starts = np.array([at for at, _, _ in context.states])
-    state = np.maximum(np.searchsorted(starts, comms["start"].to_numpy(), side="right") - 1, 0)
-    frame = comms[CALL_KEYS].assign(state=state)
+    frame = comms[CALL_KEYS].assign(state=context.state_at(comms["start"].to_numpy()))
     codes = frame.groupby([*CALL_KEYS, "state"], sort=False, observed=True).ngroup().to_numpy()
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange((codes.max() + 2) if len(codes) else 1))
     start, end = comms["start"].to_numpy(), comms["end"].to_numpy()
     per_link: dict[int, list[tuple[np.ndarray, float]]] = {}
-    firsts = frame.iloc[order[bounds[:-1]]].itertuples(index=False)
-    for k, row in enumerate(firsts):
-        lowered = context.lowered(row, int(row.state))
+    firsts = frame.iloc[order[bounds[:-1]]].itertuples(index=False, name=None)
+    for k, (*call, state) in enumerate(firsts):
+        lowered = context.lowered(tuple(call), int(state))
         rows = order[bounds[k]:bounds[k + 1]]
         volume: dict[int, float] = {}
         for route, size in zip(lowered.routes, lowered.sizes, strict=True):
@@ -149,19 +148,17 @@ def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
     on_path = path[(path["category"] == "communication") & (path["span"] >= 0)]
     calls = spans["call"].to_numpy()[on_path["span"].to_numpy(int)] if len(on_path) else []
     calls = np.asarray(calls, dtype=np.int64)
-    calls = calls[calls >= 0]
-    rows = comms.iloc[np.unique(calls)]
-    starts = [at for at, _, _ in context.states]
-    state = np.maximum(np.searchsorted(starts, rows["start"].to_numpy(), side="right") - 1, 0)
-    kind_of = {int(c): (tuple(k), int(st)) for c, k, st in zip(
-        np.unique(calls).tolist(), rows[CALL_KEYS].itertuples(index=False, name=None),
-        state.tolist(), strict=True)}
+    distinct = np.unique(calls[calls >= 0])
+    rows = comms.iloc[distinct]
+    kind_of = {int(c): (call, int(st)) for c, call, st in zip(
+        distinct.tolist(), rows[CALL_KEYS].itertuples(index=False, name=None),
+        context.state_at(rows["start"].to_numpy()).tolist(), strict=True)}
     lost: dict[tuple, float] = {}
-    for row in on_path.itertuples(index=False):
-        call = int(spans["call"].iat[int(row.span)])
+    for call, start, end in zip(calls.tolist(), on_path["start"].tolist(),
+                                on_path["end"].tolist(), strict=True):
         if call >= 0:
             kind = kind_of[call]
-            excess = row.end - row.start - context.alone_of(*kind)[0]
+            excess = end - start - context.alone_of(*kind)[0]
             lost[kind] = lost.get(kind, 0.0) + max(0.0, excess)
     top = set(sorted((k for k, v in lost.items() if v > 0), key=lambda k: -lost[k])[:analysed])
     wanted = {link for kind in top for link in context.alone_of(*kind)[1]}
@@ -182,7 +179,10 @@ def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
         return ("" if worst >= 1.0 - 1e-9 else "down" if worst <= 0 else
                 f"at {worst:.0%} of its bandwidth")
 
-    return path_causes(path, spans, context.work, alone, load, context.carried,
+    def carried(links: Sequence[int], start: float, end: float) -> np.ndarray:
+        return context.capacities(links, np.array([start]), np.array([end]))[:, 0]
+
+    return path_causes(path, spans, context.work, alone, load, carried,
                        lambda link: " -> ".join(fabric.ends(link)), state_of)
 
 
@@ -197,12 +197,7 @@ def utilisation(comms: pd.DataFrame, context: Context, end: float, bins: int = 2
         return np.zeros((0, bins)), []
     edges = np.linspace(0.0, end, bins + 1)
     moved = load.matrix(links, edges) * np.diff(edges)
-    starts = [at for at, _, _ in context.states] + [float("inf")]
-    carried = np.zeros_like(moved)
-    for k, (_, fabric, _) in enumerate(context.states):
-        overlap = np.clip(np.minimum(edges[1:], starts[k + 1])
-                          - np.maximum(edges[:-1], starts[k]), 0.0, None)
-        carried += fabric.capacity[links][:, None] * overlap[None, :]
+    carried = context.capacities(links, edges[:-1], edges[1:])
     use = np.divide(moved, carried, out=np.where(moved > 0, 1.0, 0.0), where=carried > 0)
     order = np.lexsort((-use.mean(axis=1), -use.max(axis=1)))[:top]
     fabric = context.states[0][1]

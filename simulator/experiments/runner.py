@@ -132,9 +132,10 @@ def _work(speed, clocks: dict | None):
     then (``analysis.blame``), or None when every GPU runs at full speed."""
     if speed is None and not clocks:
         return None
+    clocks = clocks or {}
 
     def work(rank: int, start: float, end: float) -> float:
-        clock = (clocks or {}).get(rank)
+        clock = clocks.get(rank)
         done = end - start if clock is None else clock.work(start, end)
         return done / (1.0 if speed is None else float(speed[rank]))
     return work
