@@ -13,7 +13,10 @@ would have taken on an ideal cluster, and the excess is charged to a cause:
   same call alone on the healthy fabric (no faults, no other traffic); charged
   to the link of its routes that was the most loaded while it ran (bytes of
   every call crossing it over its capacity then, ``link_load``): a congested
-  or degraded link.
+  or degraded link. Where several jobs share the fabric, the excess is split
+  over the jobs whose calls crossed that link then, by their share of its
+  bytes: the other jobs' parts are charged to each as a **job**, the rank's
+  own job's part to the link.
 
 Waiting is not on the path where its cause is simulated (the path runs
 through the late rank instead), so the causes above cover the excess. The
@@ -40,8 +43,8 @@ TOP = 8  # causes kept in the summary
 class Cause:
     """One thing the iteration waited for, and how long."""
 
-    kind: str  # "straggler" or "link"
-    name: str  # "rank 5", "n1.nic0 -> leaf1", "other calls"
+    kind: str  # "straggler", "link" or "job"
+    name: str  # "rank 5", "n1.nic0 -> leaf1", "other calls", a job's name
     seconds: float
     detail: str = ""
 
@@ -121,7 +124,8 @@ def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
                 alone: Callable[[int], tuple[float, Sequence[int]]],
                 load: LinkLoad,
                 capacity: Callable[[Sequence[int], float, float], np.ndarray],
-                link_name: Callable[[int], str], link_state: Callable[[int], str]
+                link_name: Callable[[int], str], link_state: Callable[[int], str],
+                other_jobs: Callable[[int, int, float, float], dict[str, float]] | None = None
                 ) -> list[Cause]:
     """The critical path's excess over the ideal, per cause, largest first.
 
@@ -129,7 +133,9 @@ def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
     time (None: every GPU at full speed); ``alone(call)``: the call's time alone
     on the healthy fabric and the links its routes crossed (none: not
     analysed); ``capacity(links, start, end)``: the bytes each could carry then
-    (its bandwidth changes where parts fail during the run)."""
+    (its bandwidth changes where parts fail during the run); ``other_jobs(link,
+    rank, start, end)``: the jobs other than ``rank``'s that moved bytes over
+    the link then, each with its share of them (None: one job)."""
     totals: dict[tuple[str, str], list] = {}  # (kind, name) -> [seconds, detail, worst]
 
     def charge(kind: str, name: str, seconds: float, detail: str, use: float = -1.0):
@@ -163,7 +169,13 @@ def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
         loaded = {link: load.bytes(link, row.start, row.end) / can
                   for link, can in zip(links, carried.tolist(), strict=True)}
         busiest = max(links, key=lambda link: (loaded[link], -link))
-        charge("link", link_name(busiest), excess, link_state(busiest), loaded[busiest])
+        shares = other_jobs(busiest, int(row.rank), row.start, row.end) if other_jobs else {}
+        for job, share in shares.items():
+            charge("job", job, excess * share, f"its calls on {link_name(busiest)}",
+                   loaded[busiest])
+        own = excess * (1.0 - sum(shares.values()))
+        if own > 0:
+            charge("link", link_name(busiest), own, link_state(busiest), loaded[busiest])
     causes = []
     for (kind, name), (seconds, detail, worst) in totals.items():
         if worst >= 0:

@@ -25,7 +25,9 @@ from typing import NamedTuple
 COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
 EP_STREAM = "ep"  # expert parallelism's token all-to-alls
-COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM)  # Gantt lanes
+BG_STREAM = "bg"  # background traffic of another tenant (workloads.background)
+COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM,
+                         BG_STREAM)  # Gantt lanes
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
 # transfers, not NCCL kernels, so they take no SMs from compute.

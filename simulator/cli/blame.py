@@ -36,7 +36,11 @@ def run(args: argparse.Namespace) -> int:
     summary = finished.summary
     print(f"blame for {finished.name}: iteration {format_time(summary['iteration_time_s'])}")
     print(*cause_lines(summary), sep="\n")
-    late = ranks_to_blame(last_arrivals(finished.spans))
+    spans = finished.spans
+    trained = [j for j in summary.get("jobs", ()) if j["kind"] == "training"]
+    if len(trained) < len(summary.get("jobs", ())):  # background traffic's ranks come last
+        spans = spans[spans["rank"] < max(j["first_rank"] + j["gpus"] for j in trained)]
+    late = ranks_to_blame(last_arrivals(spans))
     print("slowest rank per collective call (the last to arrive; the others waited for it):")
     if late.empty:
         print("  none: every call's members arrived together")
@@ -67,6 +71,7 @@ def cause_lines(summary: dict) -> list[str]:
 def _heat_map(finished, out, top: int) -> str:
     """Draw the heat map; what was drawn, or why not."""
     from simulator.config.scenario import ScenarioError, from_dict
+    from simulator.experiments import jobs
     from simulator.experiments.blame import rebuild, utilisation
     from simulator.outputs.link_heatmap import plot_link_heatmap
     from workloads.program import build_program
@@ -75,8 +80,11 @@ def _heat_map(finished, out, top: int) -> str:
         scenario = from_dict(finished.scenario, base_dir=finished.path)
     except ScenarioError as error:
         return f"not drawn: the run's scenario no longer loads ({error})"
-    program = build_program(scenario.model, scenario.training, scenario.parallel,
-                            scenario.seed)
+    if scenario.jobs:  # (the groups do not depend on how long background traffic runs)
+        program = jobs.programs(scenario, 0.0)[0]
+    else:
+        program = build_program(scenario.model, scenario.training, scenario.parallel,
+                                scenario.seed)
     context = rebuild(scenario, program.groups, finished.placement)
     use, names = utilisation(finished.comms, context, finished.summary["iteration_time_s"],
                              top=top)

@@ -48,6 +48,7 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
+        *_job_lines(summary),
         *_moe_lines(summary),
         *_straggler_lines(summary),
         *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
@@ -59,11 +60,33 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
         f"                 NCCL beside compute adds {format_time(summary['overlap_slowdown_s'])}"
         f" to it: {summary['overlap_slowdown']}",
-        f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall; "
+        f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall"
+        + (f" over {summary['job_runs']} runs (each training job alone, then all together)"
+           if summary.get("job_runs", 1) > 1 else "") + "; "
         f"whole command with its outputs {command_s:.2f} s",
         f"outputs          {out}/",
     ]
     return "\n".join(lines)
+
+
+def _job_lines(summary: dict) -> list[str]:
+    """Each job's time and slow-down against running alone, or what its background
+    traffic delivered (the lines above are the slowest training job's and the
+    training GPUs' together)."""
+    lines = []
+    for job in summary.get("jobs", ()):
+        nodes = ", ".join(map(str, job["nodes"][:8])) + (" ..." if len(job["nodes"]) > 8 else "")
+        if job["kind"] == "training":
+            text = (f"{job['name']} on nodes {nodes} ({job['gpus']} GPUs): "
+                    f"{format_time(job['iteration_time_s'])}, x{job['slowdown']:.3f} its "
+                    f"{format_time(job['alone_s'])} alone, MFU {job['mfu']:.1%}")
+        else:
+            text = (f"{job['name']} on nodes {nodes}: background {job['traffic']}, "
+                    f"{job['delivered_gb_s']:.1f} of {job['offered_gb_s']:.1f} GB/s per stream "
+                    f"delivered, {job['messages']:,} messages of "
+                    f"{format_time(job['message_time_s'])} on average")
+        lines.append(f"{'jobs' if not lines else '':<17}{text}")
+    return lines
 
 
 def _straggler_lines(summary: dict) -> list[str]:

@@ -70,25 +70,23 @@ def check_parts(parts: Sequence[tuple], nodes: int, gpus: int,
 
 
 def factors(parts: Sequence[tuple[str, int, float]], spread: float, seed: int,
-            node_of: Sequence[int]) -> np.ndarray | None:
-    """Each rank's slow-down factor (rank r runs on GPU r, on node ``node_of[r]``),
-    or None when every GPU runs at the kernel table's speed.
+            node_of: Sequence[int], gpu_of: Sequence[int] | None = None) -> np.ndarray | None:
+    """Each rank's slow-down factor (rank r runs on GPU ``gpu_of[r]``, default r,
+    on node ``node_of[r]``), or None when every GPU runs at the kernel table's speed.
 
     >>> factors((("gpu", 1, 1.1), ("node", 1, 1.5)), 0.0, 0, [0, 0, 1, 1]).tolist()
     [1.0, 1.1, 1.5, 1.5]
     """
     if not parts and spread <= 0.0:
         return None
+    gpus = np.arange(len(node_of)) if gpu_of is None else np.asarray(gpu_of)
     out = np.ones(len(node_of))
     if spread > 0.0:
-        out = np.array([np.exp(spread * np.random.default_rng([seed, SPREAD_SEED, gpu])
-                               .standard_normal()) for gpu in range(len(node_of))])
+        out = np.array([np.exp(spread * np.random.default_rng([seed, SPREAD_SEED, int(gpu)])
+                               .standard_normal()) for gpu in gpus])
     nodes = np.asarray(node_of)
-    for kind, index, factor in parts:
-        if kind == "node":
-            out[nodes == index] *= factor
-        elif index < len(out):  # (a GPU the job does not use slows nothing)
-            out[index] *= factor
+    for kind, index, factor in parts:  # (a GPU or node no job uses slows nothing)
+        out[(nodes if kind == "node" else gpus) == index] *= factor
     return out
 
 

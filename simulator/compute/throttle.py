@@ -80,18 +80,19 @@ def combined(schedules: Sequence[Schedule]) -> Schedule:
     return tuple(out)
 
 
-def schedules(parts: Sequence[tuple[str, int, Schedule]], node_of: Sequence[int]
-              ) -> dict[int, Schedule]:
-    """Per throttled rank (rank r runs on GPU r, on node ``node_of[r]``): its
-    GPU's schedule, its node's and its own combined.
+def schedules(parts: Sequence[tuple[str, int, Schedule]], node_of: Sequence[int],
+              gpu_of: Sequence[int] | None = None) -> dict[int, Schedule]:
+    """Per throttled rank (rank r runs on GPU ``gpu_of[r]``, default r, on node
+    ``node_of[r]``): its GPU's schedule, its node's and its own combined.
 
     >>> schedules((("gpu", 1, ((0.0, 2.0),)), ("node", 0, ((0.5, 1.5),))), [0, 0, 1])
     {0: ((0.5, 1.5),), 1: ((0.0, 2.0), (0.5, 3.0))}
     """
     out: dict[int, Schedule] = {}
     for rank, node in enumerate(node_of):
+        gpu = rank if gpu_of is None else gpu_of[rank]
         own = [s for kind, index, s in parts
-               if (kind, index) in (("gpu", rank), ("node", node))]
+               if (kind, index) in (("gpu", gpu), ("node", node))]
         if own:
             out[rank] = combined(own)
     return out

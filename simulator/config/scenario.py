@@ -22,11 +22,13 @@ from simulator.base.fields import unknown as unknown_key
 from simulator.base.user_files import finite_numbers, read_yaml
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.config.cluster import Machine, machine_from
+from simulator.config.jobs import jobs_from
 from simulator.config.model import model_from
 from simulator.config.network import network_from
 from simulator.config.overrides import apply_overrides
 from simulator.config.training import check_layout, parallel_from, training_from
 from topologies import ClusterSpec, GpuSpec
+from workloads.jobs import JobSpec
 from workloads.models import ModelSpec
 from workloads.training import ParallelSpec, TrainingSpec
 
@@ -42,7 +44,7 @@ SIMULATION = {
     "jitter": (choice(["exact", "approximate"]), "exact"),
     "contention_passes": (integer(1), 8),
 }
-SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation")
+SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation", "jobs")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Scenario:
     symmetry: str = "auto"  # auto: use symmetry where it is exact; full: every rank
     jitter: str = "exact"  # approximate: one rank per class waits for its groups' slowest
     contention_passes: int = 8  # most runs to solve compute slowed by NCCL (a fixed point)
+    # several jobs on the cluster (config.jobs); model, training and parallel are then
+    # the first training job's
+    jobs: tuple[JobSpec, ...] = ()
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -99,12 +104,17 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     finite_numbers(raw, "")
     top = section("", {k: v for k, v in raw.items() if k in TOP_LEVEL}, TOP_LEVEL)
     machine = machine_from(raw.get("cluster"), base_dir)
-    training = training_from(raw.get("training"), machine.gpu)
-    model = model_from(raw.get("model"), base_dir)
     algorithm, protocol, step_model = network_from(raw.get("network"), machine)
-    parallel = parallel_from(raw.get("parallelism"), machine.gpus,
-                             machine.gpus // max(1, machine.nodes))
-    check_layout(model, training, parallel)
+    jobs = _jobs(raw, machine, top["seed"], base_dir)
+    if jobs:
+        first = next(j for j in jobs if j.background is None)
+        model, training, parallel = first.model, first.training, first.parallel
+    else:
+        training = training_from(raw.get("training"), machine.gpu)
+        model = model_from(raw.get("model"), base_dir)
+        parallel = parallel_from(raw.get("parallelism"), machine.gpus,
+                                 machine.gpus // max(1, machine.nodes))
+        check_layout(model, training, parallel)
     sim = section("simulation", raw.get("simulation"), SIMULATION)
     fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]
     for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
@@ -116,6 +126,10 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         raise fail("simulation.span_detail", "layer", "cannot be used with cluster.throttle: "
                                                       "a throttled GPU's kernels are timed one "
                                                       "by one (give span_detail: kernel)")
+    if jobs and (fold or gangs):
+        raise fail("simulation.fold_ranks" if fold else "simulation.tensor_parallel_gangs",
+                   True, "cannot be used with jobs (symmetry, the default, reduces each job's "
+                         "ranks where it is exact)")
     if fold and gangs:
         raise fail("simulation.tensor_parallel_gangs", True, "cannot be combined with "
                                                               "simulation.fold_ranks; give one")
@@ -125,7 +139,19 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
         fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
         symmetry=sim["symmetry"], jitter=sim["jitter"],
-        contention_passes=sim["contention_passes"])
+        contention_passes=sim["contention_passes"], jobs=jobs)
+
+
+def _jobs(raw: dict, machine: Machine, seed: int, base_dir: Path | None) -> tuple:
+    """The ``jobs`` section's jobs (none without one), which replaces the top-level
+    model, training and parallelism sections."""
+    if raw.get("jobs") is None:
+        return ()
+    given = [k for k in ("model", "training", "parallelism") if raw.get(k) is not None]
+    if given:
+        raise fail(given[0], raw[given[0]], "cannot be given beside jobs: each job has its own "
+                                            "model, training and parallelism")
+    return jobs_from(raw["jobs"], machine, seed, base_dir)
 
 
 def load(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:

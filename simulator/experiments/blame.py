@@ -36,7 +36,15 @@ class Context:
     states: list[tuple[float, Fabric, Callable]]  # (from time, fabric, lowering)
     healthy: Collectives
     work: Callable[[int, float, float], float] | None = None
+    job_of: Sequence[str] | None = None  # each rank's job, where several share the fabric
     _alone: dict = field(default_factory=dict)
+
+    def jobs_of(self, comms: pd.DataFrame) -> np.ndarray:
+        """The job of each logged call (its group's first member's)."""
+        first = {(dim, k): self.job_of[g[0]] for dim, groups in self.groups.items()
+                 for k, g in enumerate(groups)}
+        return np.array([first[(str(d), int(k))] for d, k in zip(
+            comms["group"].tolist(), comms["group_index"].tolist(), strict=True)], dtype=object)
 
     def state_at(self, times: np.ndarray) -> np.ndarray:
         """The fabric's state (index into ``states``) at each of ``times``."""
@@ -68,11 +76,23 @@ class Context:
         key = (*call, state)
         if key not in self._alone:
             healthy = self.lowered(call, state, healthy=True)
-            ideal = isolated_time(self.healthy.fabric, healthy)
-            if healthy.steps == 1:
-                ideal += healthy.latency  # (the engine adds it after the flows)
+            ideal = isolated_time(self.healthy.fabric, healthy)  # (latency and all)
             self._alone[key] = (ideal, links_of(self.lowered(call, state)))
         return self._alone[key]
+
+
+def work_of(speed, clocks: dict | None):
+    """A function (rank, start, end) -> full-speed seconds of compute its GPU did
+    then (``analysis.blame``), or None when every GPU runs at full speed."""
+    if speed is None and not clocks:
+        return None
+    clocks = clocks or {}
+
+    def work(rank: int, start: float, end: float) -> float:
+        clock = clocks.get(rank)
+        done = end - start if clock is None else clock.work(start, end)
+        return done / (1.0 if speed is None else float(speed[rank]))
+    return work
 
 
 def _lowering(scenario, fabric: Fabric, epoch: int) -> Collectives:
@@ -163,6 +183,7 @@ def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
     top = set(sorted((k for k, v in lost.items() if v > 0), key=lambda k: -lost[k])[:analysed])
     wanted = {link for kind in top for link in context.alone_of(*kind)[1]}
     load = link_load(comms, context, wanted)
+    other_jobs = _other_jobs(comms, context, wanted) if context.job_of else None
     fabric, healthy = context.states[0][1], context.healthy.fabric
 
     def alone(call: int) -> tuple[float, tuple[int, ...]]:
@@ -183,7 +204,22 @@ def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
         return context.capacities(links, np.array([start]), np.array([end]))[:, 0]
 
     return path_causes(path, spans, context.work, alone, load, carried,
-                       lambda link: " -> ".join(fabric.ends(link)), state_of)
+                       lambda link: " -> ".join(fabric.ends(link)), state_of, other_jobs)
+
+
+def _other_jobs(comms: pd.DataFrame, context: Context, links: set[int]) -> Callable:
+    """``other_jobs(link, rank, start, end)`` for ``analysis.blame.path_causes``:
+    each job besides ``rank``'s that moved bytes over ``link`` then, with its
+    share of the link's bytes."""
+    owner = context.jobs_of(comms)
+    loads = {job: link_load(comms[owner == job], context, links) for job in np.unique(owner)}
+
+    def other_jobs(link: int, rank: int, start: float, end: float) -> dict[str, float]:
+        moved = {job: load.bytes(link, start, end) for job, load in loads.items()}
+        total = sum(moved.values())
+        return {job: b / total for job, b in moved.items()
+                if job != context.job_of[rank] and b > 0} if total > 0 else {}
+    return other_jobs
 
 
 def utilisation(comms: pd.DataFrame, context: Context, end: float, bins: int = 200,

@@ -62,15 +62,20 @@ class Contention:
                        f"by {self.moved:.2%}")
 
 
-def _compute_ops(program: Program, rank: int, cache: dict) -> dict[str, np.ndarray]:
-    """The indices of ``rank``'s compute ops, per stream, in program order."""
+def _compute_ops(program: Program, rank: int, cache: dict
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The indices of ``rank``'s compute ops, per stream, in program order, and of
+    its ops that are no kernel (``kernel`` None: background traffic's pacing, a
+    fixed time NCCL does not slow)."""
     ops = program.ops[rank]
     if id(ops) not in cache:
         streams: dict[str, list[int]] = {}
         for i, op in enumerate(ops):
             if op.kind is OpKind.COMPUTE:
                 streams.setdefault(op.stream, []).append(i)
-        cache[id(ops)] = {s: np.asarray(v) for s, v in streams.items()}
+        fixed = [i for i, op in enumerate(ops) if op.kind is OpKind.COMPUTE and op.kernel is None]
+        cache[id(ops)] = ({s: np.asarray(v) for s, v in streams.items()},
+                          np.asarray(fixed, dtype=int))
     return cache[id(ops)]
 
 
@@ -106,7 +111,7 @@ def slowed(spans: pd.DataFrame, program: Program, used: Callable[[int], np.ndarr
         begins, ends = merge(comm["start"].to_numpy(), comm["end"].to_numpy())
         alone, ran = np.asarray(work(rank), dtype=float), np.asarray(used(rank), dtype=float)
         durations = alone.copy()
-        indices = _compute_ops(program, int(rank), cache)
+        indices, fixed = _compute_ops(program, int(rank), cache)
         for stream, part in frame[frame["kind"] == "compute"].groupby(
                 "stream", observed=True, sort=False):
             where = indices.get(stream, np.empty(0, dtype=int))
@@ -116,20 +121,24 @@ def slowed(spans: pd.DataFrame, program: Program, used: Callable[[int], np.ndarr
             if starts is None:
                 return None
             durations[where] = stretched(starts, alone[where], begins, ends, factor)
+        durations[fixed] = alone[fixed]
         out[int(rank)] = durations
     return out
 
 
 def solve(run: Callable, spans_of: Callable, program: Program,
-          work: Callable[[int], np.ndarray], factor: float, passes: int):
+          work: Callable[[int], np.ndarray], factor: float, passes: int,
+          lengths: Callable[[pd.DataFrame], np.ndarray] | None = None):
     """Run (``run(durations) -> result``, ``spans_of(result) -> spans``) until the
     durations are a fixed point, a pass moves the iteration time by less than
     ``SETTLED`` of itself, or ``passes`` runs were made: (the last result, its
     spans, a Contention). The first pass runs without the slow-down; a second is
     made only if it could move the iteration time by ``SETTLED`` or more
-    (``_most_added``).
+    (``_most_added``). ``lengths(spans)``: the iteration times to settle (several
+    jobs: each one's; default: the run's), the most any moves is what counts.
     """
     state = Contention(factor)
+    lengths = lengths or _length
     durations, cache, before, step = work, {}, None, 0.0
     while True:
         result = run(durations)
@@ -141,12 +150,12 @@ def solve(run: Callable, spans_of: Callable, program: Program,
         if new is None:
             raise SimulationError("overlap slow-down: a stream's compute spans do not "
                                   "match its ops")
-        length = float(spans["end"].max()) if len(spans) else 0.0
-        if before is None:  # the first pass: a bound (every kernel only gets longer)
-            state.moved = _most_added(new, durations, program)
-        else:
-            state.moved = abs(length - before)
-        state.moved = state.moved / length if length > 0 else 0.0
+        length = lengths(spans)
+        # the first pass: a bound (every kernel only gets longer)
+        moved = _most_added(new, durations, program) if before is None else np.abs(
+            length - before)
+        state.moved = float(np.max(np.divide(moved, length, out=np.zeros(len(length)),
+                                             where=length > 0)))
         state.residual_s = max((float(np.max(np.abs(d - durations(r)), initial=0.0))
                                 for r, d in new.items()), default=0.0)
         if (state.residual_s <= CONVERGED_S or state.moved < SETTLED
@@ -154,12 +163,16 @@ def solve(run: Callable, spans_of: Callable, program: Program,
             state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
             state.path = critical_path(spans)  # (the summary's, computed once)
             return result, spans, state
-        if before is not None and (length - before) * step < 0:  # it swings back: relax
+        if before is not None and np.any((length - before) * step < 0):  # swings back: relax
             new = relaxed(new, durations)
         if before is not None:
             step = length - before
         state.passes, before = state.passes + 1, length
         durations = _lookup(new, work)
+
+
+def _length(spans: pd.DataFrame) -> np.ndarray:
+    return np.array([float(spans["end"].max()) if len(spans) else 0.0])
 
 
 def relaxed(new: dict[int, np.ndarray], durations: Callable) -> dict[int, np.ndarray]:

@@ -38,8 +38,9 @@ from simulator.engine.records import (
     NotInLockstep,
     SimulationError,
 )
-from simulator.experiments import blame, contention, symmetry
+from simulator.experiments import blame, contention, jobs, symmetry
 from simulator.network.fabric import Fabric
+from workloads.background import PACING
 from workloads.program import build_program
 
 
@@ -82,6 +83,9 @@ class RunResult:
         from simulator.outputs.style import save
 
         spans, classes = self.spans, None
+        if self.scenario.jobs:  # background traffic runs on past the training jobs
+            options.setdefault("end", self.summary["iteration_time_s"])
+            spans = spans[spans["name"] != PACING]
         if self.folded is not None:
             if options.get("ranks"):
                 spans = self.spans_of(options["ranks"])
@@ -125,29 +129,6 @@ class RunResult:
 
 def compute_model(scenario: Scenario) -> ComputeModel:
     return ComputeModel.of(scenario.gpu, scenario.training.precision)
-
-
-def _work(speed, clocks: dict | None):
-    """A function (rank, start, end) -> full-speed seconds of compute its GPU did
-    then (``analysis.blame``), or None when every GPU runs at full speed."""
-    if speed is None and not clocks:
-        return None
-    clocks = clocks or {}
-
-    def work(rank: int, start: float, end: float) -> float:
-        clock = clocks.get(rank)
-        done = end - start if clock is None else clock.work(start, end)
-        return done / (1.0 if speed is None else float(speed[rank]))
-    return work
-
-
-def _pace(speed, throttled: dict, ranks: int) -> list | None:
-    """What sets each rank's speed (its fixed factor, its throttle schedule), or
-    None when every GPU runs at the kernel table's speed."""
-    if speed is None and not throttled:
-        return None
-    return [(1.0 if speed is None else float(speed[r]), throttled.get(r, ()))
-            for r in range(ranks)]
 
 
 def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,
@@ -257,6 +238,9 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     trace is the same (a test checks it), only slower.
     """
     with _collector_paused():
+        if scenario.jobs:
+            return jobs.run_all(scenario, lambda s, reach, alone=None: _run(
+                s, batch_compute, reach, alone or {}))
         return _run(scenario, batch_compute)
 
 
@@ -269,26 +253,41 @@ def _simulated_ranks(method: symmetry.Method, program: Program) -> list[int] | N
     return list(represents) if represents else None
 
 
-def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
+def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
+         alone: dict | None = None) -> RunResult:
     wall = time.perf_counter()
-    program = build_program(scenario.model, scenario.training, scenario.parallel,
-                            scenario.seed)
+    placed: list = []  # each job's ranks, with jobs
+    if scenario.jobs:
+        program, placed = jobs.programs(scenario, background_s)
+    else:
+        program = build_program(scenario.model, scenario.training, scenario.parallel,
+                                scenario.seed)
     footprint.check_fabric(scenario.gpus, "cluster.nodes", scenario.machine.nodes)
     if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
         footprint.check_run(program, None)
     graph = scenario.machine.build_graph()
     fabric = Fabric(graph, [g for _, g in scenario.machine.changes])
-    placement = graph.graph["gpus"][: program.ranks]
+    gpus = graph.graph["gpus"]
+    placement = (jobs.placement(placed, gpus, scenario.machine.nodes) if placed
+                 else gpus[: program.ranks])
     model = compute_model(scenario)
     nodes = [fabric.node_of(g) for g in placement]
     machine = scenario.machine
-    speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed, nodes)
-    throttled = throttle.schedules(machine.throttle, nodes)
+    computing = jobs.training_ranks(placed) if placed else program.ranks  # (not background)
+    index = {g: k for k, g in enumerate(gpus)} if placed else {}
+    gpu_of = [index[g] for g in placement] if placed else None
+    speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
+                               nodes[:computing], gpu_of and gpu_of[:computing])
+    if speed is not None:
+        speed = np.concatenate([speed, np.ones(program.ranks - computing)])
+    throttled = throttle.schedules(machine.throttle, nodes[:computing],
+                                   gpu_of and gpu_of[:computing])
     clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
-    durations = _durations(program, model, scenario.training.host_launch, speed)
+    durations = (jobs.durations(placed, program, scenario, speed, _durations) if placed else
+                 _durations(program, model, scenario.training.host_launch, speed))
     states = blame.states_of(scenario, fabric)  # (from time, fabric, lowering)
     lowering, changes = states[0][2], states[1:]
-    pace = _pace(speed, throttled, program.ranks)
+    pace = symmetry.pace_of(speed, throttled, program.ranks)
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute, pace,
                              clocked=clocks is not None, fabric_changes=bool(changes))
     if not method.full_because:  # (every rank's ops were checked above)
@@ -317,19 +316,29 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
 
     result, spans, slowdown = contention.solve(
         one_run, lambda r: span_table(r, nodes), program, work,
-        scenario.gpu.overlap_slowdown, scenario.contention_passes)
+        scenario.gpu.overlap_slowdown, scenario.contention_passes,
+        jobs.lengths(placed) if placed else None)
     gpu = scenario.gpu
     ranks = result.ranks
-    path = slowdown.path if slowdown.path is not None else critical_path(spans)
-    summary = summarize(spans, program, result.memory_events,
-                        gpu.peak(scenario.training.precision), gpu.memory_bytes, ranks, path)
-    if "_moe_load_factors" in program.notes:
+    comms = _comms(result.collectives)
+    trained = spans  # the training jobs' spans (background traffic's ranks come last)
+    if placed:
+        trained = spans[spans["rank"].to_numpy() < computing].reset_index(drop=True)
+    path = (slowdown.path if slowdown.path is not None and not placed
+            else critical_path(trained))
+    summary = summarize(trained, jobs.summary_program(program, placed) if placed else program,
+                        result.memory_events, gpu.peak(scenario.training.precision),
+                        gpu.memory_bytes, [r for r in ranks if r < computing], path)
+    if "_moe_load_factors" in program.notes:  # (merged programs keep no notes)
         summary["moe_imbalance_s"] = imbalance_cost(spans, summary["critical_rank"],
                                                     *program.notes["_moe_load_factors"])
-    comms = _comms(result.collectives)
+    if placed:
+        summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
+                                         ranks, gpu, alone or {})
     context = blame.Context(program.groups, placement, states,
-                            blame.healthy_lowering(scenario, states), _work(speed, clocks))
-    summary["blame"] = [c.row() for c in blame.causes(spans, comms, path, context)[:TOP]]
+                            blame.healthy_lowering(scenario, states), blame.work_of(speed, clocks),
+                            jobs.job_of_rank(placed) if len(placed) > 1 else None)
+    summary["blame"] = [c.row() for c in blame.causes(trained, comms, path, context)[:TOP]]
     folded = None
     if result.expand is not None:
         if len(spans) * program.ranks <= EXPAND_SPANS * len(ranks):
@@ -345,7 +354,8 @@ def _run(scenario: Scenario, batch_compute: bool) -> RunResult:
                    host_stall_s=durations.host_stall(summary["critical_rank"]),
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
-                   **{k: v for k, v in program.notes.items() if not k.startswith("_")},
+                   **{k: v for k, v in (placed[0].program.notes if placed else program.notes
+                                        ).items() if not k.startswith("_")},  # (the first job's)
                    **stragglers.summary(speed), **throttle.summary(throttled),
                    **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
                    events=slowdown.events,

@@ -100,6 +100,15 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 
+def pace_of(speed, throttled: dict, ranks: int) -> list | None:
+    """What sets each rank's speed (its fixed factor, its throttle schedule), or
+    None when every GPU runs at the kernel table's speed."""
+    if speed is None and not throttled:
+        return None
+    return [(1.0 if speed is None else float(speed[r]), throttled.get(r, ()))
+            for r in range(ranks)]
+
+
 def refined_by(represents: dict[int, tuple[int, ...]], pace: Sequence[Hashable]
                ) -> dict[int, tuple[int, ...]]:
     """``represents`` with each class split by its ranks' paces (speed factors).

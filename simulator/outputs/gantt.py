@@ -48,6 +48,7 @@ CATEGORIES = {  # label -> colour, in legend order
     "EP communication": "#44AA99",  # Paul Tol's teal: Okabe-Ito's eight are taken
     "DP communication": "#F0E442",
     "PP communication": "#CC79A7",
+    "BG communication": "#882255",  # Paul Tol's wine: background traffic
     "waiting for peers": "#D55E00",
     "pipeline bubble": "#BBBBBB",
 }

@@ -1,0 +1,120 @@
+"""The ``jobs`` section: several jobs on one cluster, each a training job (its
+own ``model``, ``training`` and ``parallelism`` sections) or background
+traffic, and where each runs (``topologies.placement``).
+
+```yaml
+jobs:
+  train-a: {nodes: 4, placement: contiguous, model: ..., training: ..., parallelism: ...}
+  train-b: {nodes: [4, 6, 8, 10], model: ..., training: ..., parallelism: ...}
+  checkpoints: {kind: background, traffic: storage, nodes: 2, rate: "5 GB/s"}
+```
+
+Jobs are a mapping by name, so ``--set jobs.train-b.placement=scattered``
+reaches any key. A job's errors name it: ``jobs.train-b: parallelism: ...``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from simulator.base.fields import (
+    BANDWIDTH,
+    REQUIRED,
+    ScenarioError,
+    choice,
+    fail,
+    integer,
+    quantity,
+    section,
+)
+from simulator.base.units import Dimension
+from simulator.config.cluster import Machine
+from simulator.config.model import model_from
+from simulator.config.training import check_layout, parallel_from, training_from
+from topologies.placement import POLICIES, PlacementError, place
+from workloads.background import TRAFFIC, BackgroundSpec
+from workloads.jobs import JobSpec
+
+TRAINING_KEYS = ("model", "training", "parallelism")
+PLACEMENT = {"nodes": (lambda path, v: v, REQUIRED), "placement": (choice(POLICIES), None),
+             "kind": (choice(["training", "background"]), "training")}
+BACKGROUND = {
+    "traffic": (choice(TRAFFIC), REQUIRED),
+    "rate": (BANDWIDTH, REQUIRED),  # offered by each GPU
+    "message": (quantity(Dimension.SIZE, positive=True), 4 * 2**20),
+    "servers": (integer(1), 1),
+    "direction": (choice(["write", "read"]), "write"),
+    "duration": (quantity(Dimension.TIME, positive=True), None),
+}
+
+
+def jobs_from(raw: object, machine: Machine, seed: int,
+              base_dir: Path | None = None) -> tuple[JobSpec, ...]:
+    """Check a ``jobs:`` section on ``machine`` and place its jobs."""
+    if not isinstance(raw, dict) or not raw:
+        raise fail("jobs", raw, "must be a mapping of job names to jobs (each with nodes and "
+                                "a model, training and parallelism, or kind: background)")
+    heads = {str(name): _head(f"jobs.{name}", job) for name, job in raw.items()}
+    requests = [(name, want, policy) for name, (want, policy, _) in heads.items()]
+    try:
+        nodes = place(requests, machine.nodes, seed)
+    except PlacementError as error:
+        raise ScenarioError(f"jobs: {error}") from None
+    per_node = machine.gpus // max(1, machine.nodes)
+    jobs = []
+    for (name, (_, _, kind)), where in zip(heads.items(), nodes, strict=True):
+        body = {k: v for k, v in raw[name].items() if k not in PLACEMENT}
+        try:
+            if kind == "background":
+                jobs.append(JobSpec(name, where, background=_background(body, len(where))))
+            else:
+                jobs.append(_training(name, body, where, machine, per_node, base_dir))
+        except ScenarioError as error:
+            raise ScenarioError(f"jobs.{name}: {error}") from None
+    if all(j.background is not None for j in jobs):
+        raise fail("jobs", list(raw), "needs at least one training job beside background "
+                                      "traffic")
+    return tuple(jobs)
+
+
+def _head(path: str, job: object) -> tuple[int | tuple[int, ...], str, str]:
+    """A job's node count or node list, its placement policy and its kind."""
+    if not isinstance(job, dict):
+        raise fail(path, job, "must be a mapping with nodes and the job's sections")
+    head = section(path, {k: v for k, v in job.items() if k in PLACEMENT}, PLACEMENT)
+    nodes = head["nodes"]
+    if isinstance(nodes, list) and nodes and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in nodes):
+        if len(set(nodes)) != len(nodes):
+            raise fail(f"{path}.nodes", nodes, "lists a node twice")
+        if head["placement"] is not None:
+            raise fail(f"{path}.placement", head["placement"], "cannot be given with a list of "
+                                                               "nodes (the list places the job)")
+        return tuple(nodes), "given", head["kind"]
+    count = integer(1)(f"{path}.nodes", nodes) if not isinstance(nodes, list) else None
+    if count is None:
+        raise fail(f"{path}.nodes", nodes, "must be a node count or a list of node indices")
+    return count, head["placement"] or "contiguous", head["kind"]
+
+
+def _background(body: dict[str, Any], nodes: int) -> BackgroundSpec:
+    values = section("", body, BACKGROUND)
+    if values["traffic"] == "storage" and values["servers"] >= nodes:
+        raise fail("servers", values["servers"], f"must leave client nodes among the job's "
+                                                 f"{nodes} node(s)")
+    return BackgroundSpec(**values)
+
+
+def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: Machine,
+              per_node: int, base_dir: Path | None) -> JobSpec:
+    allowed = set(TRAINING_KEYS)
+    for key in body:
+        if key not in allowed:
+            raise fail(key, body[key], "is not a key of a training job (nodes, placement, kind, "
+                                       "model, training, parallelism)")
+    training = training_from(body.get("training"), machine.gpu)
+    model = model_from(body.get("model"), base_dir)
+    parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node)
+    check_layout(model, training, parallel)
+    return JobSpec(name, nodes, model, training, parallel)

@@ -1,0 +1,203 @@
+"""Several jobs on one fabric (``config.jobs``): their programs merged into one
+run, each job's summary, and the slow-down of each against running alone.
+
+Every training job is also run alone, on the same nodes of the same cluster
+(faults, slow GPUs and all), and its time there is the reference its
+slow-down is measured against: what sharing the fabric cost it. Background
+traffic without a ``duration`` runs as long as the training jobs: first for
+twice the longest alone time, and again for twice as long while a training
+job outlasts it (so no job ever runs past the traffic it shares the fabric
+with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from simulator.analysis.critical_path import critical_path
+from simulator.analysis.summary import summarize
+from simulator.base.ir import Program
+from simulator.compute.model import ComputeModel
+from workloads.background import PACING, background_program
+from workloads.jobs import Placed, leading, merge, rank_order
+from workloads.program import build_program
+
+BACKGROUND_REACH = 2.0  # background traffic lasts this many times the longest alone run
+MAX_LONGER = 4  # runs again with longer background traffic at most this many times
+
+
+def programs(scenario, background_s: float) -> tuple[Program, list[Placed]]:
+    """The merged program of ``scenario.jobs`` and each job's block of ranks;
+    background traffic without a duration lasts ``background_s``."""
+    per_node = scenario.gpus // max(1, scenario.machine.nodes)
+    placed, first = [], 0
+    for job in rank_order(scenario.jobs):
+        if job.background is None:
+            program = build_program(job.model, job.training, job.parallel, scenario.seed)
+        else:
+            program = background_program(job.background, per_node, len(job.nodes),
+                                         job.background.duration or background_s)
+        placed.append(Placed(job, first, program))
+        first += program.ranks
+    return merge([p.program for p in placed]), placed
+
+
+def placement(placed: Sequence[Placed], gpus: Sequence[str], nodes: int) -> list[str]:
+    """Each merged rank's GPU: a job's ranks fill its nodes in order, node-major."""
+    per_node = len(gpus) // max(1, nodes)
+    return [gpus[node * per_node + g] for p in placed for node in p.job.nodes
+            for g in range(per_node)]
+
+
+def durations(placed: Sequence[Placed], program: Program, scenario, speed,
+              make: Callable) -> Callable:
+    """A function rank -> its ops' durations: a training job's timed by the kernel
+    table for its precision (``make``: the runner's ``_durations``), background
+    pacing ops by their period."""
+    per_job = []
+    for p in placed:
+        if p.job.background is None:
+            model = ComputeModel.of(scenario.gpu, p.job.training.precision)
+            per_job.append(make(program, model, p.job.training.host_launch, speed))
+        else:
+            per_job.append(_pacing(program, p.job.background.period))
+    firsts = np.array([p.first for p in placed])
+
+    def of(rank: int) -> Callable:
+        return per_job[int(np.searchsorted(firsts, rank, side="right")) - 1]
+
+    def run(rank: int) -> np.ndarray:
+        return of(rank)(rank)
+    run.host_stall = lambda rank: of(rank).host_stall(rank)
+    return run
+
+
+def _pacing(program: Program, period: float) -> Callable:
+    cache: dict[int, np.ndarray] = {}
+
+    def durations(rank: int) -> np.ndarray:
+        ops = program.ops[rank]
+        if id(ops) not in cache:
+            cache[id(ops)] = np.array([period if op.name == PACING else 0.0 for op in ops])
+        return cache[id(ops)]
+    durations.host_stall = lambda rank: 0.0
+    return durations
+
+
+def lengths(placed: Sequence[Placed]) -> Callable[[pd.DataFrame], np.ndarray]:
+    """Each training job's iteration time in a run's spans (what the overlap
+    slow-down's passes must settle: background traffic runs on past them)."""
+    firsts = [p.first for p in placed if p.job.background is None]
+    bounds = [*firsts[1:], training_ranks(placed)]
+
+    def of(spans: pd.DataFrame) -> np.ndarray:
+        ranks, ends = spans["rank"].to_numpy(), spans["end"].to_numpy()
+        return np.array([ends[(ranks >= a) & (ranks < b)].max(initial=0.0)
+                         for a, b in zip(firsts, bounds, strict=True)])
+    return of
+
+
+def training_ranks(placed: Sequence[Placed]) -> int:
+    """How many leading ranks of the merged program train (the rest is background)."""
+    return sum(p.program.ranks for p in placed if p.job.background is None)
+
+
+def summary_program(program: Program, placed: Sequence[Placed]) -> Program:
+    return leading(program, training_ranks(placed))
+
+
+def job_of_rank(placed: Sequence[Placed]) -> list[str]:
+    return [p.job.name for p in placed for _ in p.ranks]
+
+
+def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
+              placed: Sequence[Placed], memory_events, simulated: Sequence[int], gpu,
+              alone: dict[str, float]) -> list[dict]:
+    """One summary per job: a training job's iteration time, throughput, MFU, last
+    rank and peak memory (``analysis.summary`` on its ranks alone) with its time
+    alone and slow-down; background traffic's offered and delivered rates."""
+    out = []
+    for p in placed:
+        ranks = spans["rank"].to_numpy()
+        mine = spans[(ranks >= p.first) & (ranks < p.first + p.program.ranks)]
+        head = {"name": p.job.name, "kind": p.job.kind, "nodes": list(p.job.nodes),
+                "gpus": p.program.ranks, "first_rank": p.first}
+        if p.job.background is not None:
+            out.append({**head, **_background(comms, p, program.groups)})
+            continue
+        own = mine.assign(rank=mine["rank"].to_numpy() - p.first).reset_index(drop=True)
+        events = [memory_events[r] for r in p.ranks]
+        s = summarize(own, p.program, events, gpu.peak(p.job.training.precision),
+                      gpu.memory_bytes, [r - p.first for r in simulated if r in p.ranks],
+                      critical_path(own))
+        time = s["iteration_time_s"]
+        notes = {k: v for k, v in p.program.notes.items() if not k.startswith("_")}
+        out.append({**head, "iteration_time_s": time, "alone_s": alone.get(p.job.name, time),
+                    "slowdown": time / alone.get(p.job.name, time),
+                    "tokens_per_s": s["tokens_per_s"], "mfu": s["mfu"],
+                    "critical_rank": s["critical_rank"] + p.first,
+                    "peak_memory_gib": s["peak_memory_gib"], "oom": s["oom"], **notes})
+    return out
+
+
+def _background(comms: pd.DataFrame, p: Placed, groups) -> dict:
+    """A background job's offered and delivered bytes per second per stream (each
+    GPU of an all-to-all, each storage client), and its messages' mean time."""
+    spec = p.job.background
+    group = comms["group"].astype(str).to_numpy()
+    index = comms["group_index"].to_numpy()
+    mine = np.zeros(len(comms), dtype=bool)
+    for dim in {g for g in group if g.split(".")[0] == "bg"}:
+        own = [k for k, members in enumerate(groups[dim]) if members[0] in p.ranks]
+        mine |= (group == dim) & np.isin(index, own)
+    rows = comms[mine]
+    if rows.empty:
+        return {"traffic": spec.traffic, "offered_gb_s": spec.rate / 1e9, "delivered_gb_s": 0.0,
+                "messages": 0, "message_time_s": 0.0, "until_s": 0.0}
+    span = float(rows["end"].max())  # the traffic starts at 0 (its first period)
+    streams = 1 if spec.traffic == "all_to_all" else len(rows.drop_duplicates(
+        ["group", "group_index"]))
+    delivered = float(rows["bytes"].sum()) / streams / span if span > 0 else 0.0
+    return {"traffic": spec.traffic, "offered_gb_s": spec.rate / 1e9,
+            "delivered_gb_s": delivered / 1e9, "messages": int(len(rows)),
+            "message_time_s": float((rows["end"] - rows["start"]).mean()),
+            "until_s": float(rows["end"].max())}
+
+
+def run_all(scenario, simulate: Callable) -> object:
+    """Run ``scenario``'s jobs together (``simulate(scenario, background_s)`` ->
+    a RunResult), each training job alone first; the result's summary gains
+    ``jobs``, with each job's slow-down."""
+    alone: dict[str, float] = {}
+    spent = {"events": 0, "wall_s": 0.0, "runs": 0}  # of the runs before the last
+
+    def count(summary: dict) -> None:
+        spent["events"] += summary["events"]
+        spent["wall_s"] += summary["wall_s"]
+        spent["runs"] += 1
+    if len(scenario.jobs) > 1:
+        for job in (j for j in scenario.jobs if j.background is None):
+            summary = simulate(replace(scenario, jobs=(job,)), 0.0).summary
+            alone[job.name] = summary["iteration_time_s"]
+            count(summary)
+    reach = BACKGROUND_REACH * max(alone.values(), default=0.0)
+    for _ in range(MAX_LONGER + 1):
+        result = simulate(scenario, reach, alone)
+        ends = [j["until_s"] for j in result.summary["jobs"] if j["kind"] == "background"
+                and scenario_job(scenario, j["name"]).background.duration is None]
+        if not ends or min(ends) >= result.summary["iteration_time_s"]:
+            break
+        count(result.summary)
+        reach *= 2
+    summary = result.summary
+    summary.update(events=summary["events"] + spent["events"],
+                   wall_s=summary["wall_s"] + spent["wall_s"], job_runs=spent["runs"] + 1)
+    return result
+
+
+def scenario_job(scenario, name: str):
+    return next(j for j in scenario.jobs if j.name == name)
