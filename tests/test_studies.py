@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 
 STUDIES = ["pp_vs_dp_bandwidth", "bucket_size", "pipeline_partition", "fsdp_thresholds",
            "dp_scaling_polaris", "comm_characteristics", "layout_search",
-           "moe_expert_parallel"]
+           "moe_expert_parallel", "stragglers", "failed_spine", "job_placement",
+           "polaris_variability"]
 
 
 @pytest.mark.parametrize("name", STUDIES)
