@@ -222,3 +222,20 @@ def test_clustersim_run_prints_each_job_and_set_reaches_a_job(tmp_path, capsys):
     assert main(["blame", str(tmp_path / "run")]) == 0
     assert "job       " in capsys.readouterr().out
     assert (tmp_path / "run" / "links.png").exists()
+
+
+def test_a_tensor_parallel_job_beside_storage_traffic_is_exact_by_symmetry():
+    raw = {"name": "tp-and-storage", "cluster": {"preset": "dgx-h100", "nodes": 4,
+                                                 "leaf_ports": 16, "oversubscription": 2},
+           "jobs": {"a": {"nodes": 2, "placement": "scattered", "model": {"preset": "gpt3-350m"},
+                          "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
+                          "parallelism": {"tp": 8, "pp": 2}},
+                    "io": {"kind": "background", "traffic": "storage", "rate": "20 GB/s",
+                           "nodes": 2, "placement": "scattered"}}}
+    fast = run(from_dict(raw))
+    full = run(from_dict({**raw, "simulation": {"symmetry": "full"}}))
+    assert fast.summary["simulated_ranks"] < 32
+    assert by_name(fast.summary)["a"]["slowdown"] > 1.0  # the storage shares a leaf uplink
+    for a, b in zip(fast.summary["jobs"], full.summary["jobs"], strict=True):
+        key = "iteration_time_s" if a["kind"] == "training" else "delivered_gb_s"
+        assert a[key] == pytest.approx(b[key], rel=1e-9)

@@ -44,7 +44,8 @@ class ExclusiveLinks(Gangs):
         super().__init__(*args, **kwargs)
         self._exclusive = exclusive
         self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
-                         if (gang := self._whole_groups(rep, dim))}
+                         if rep in self._group_of.get(dim, ())  # (other jobs' ranks are not)
+                         and (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._alone_blocks: dict[tuple, tuple] = {}
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
