@@ -239,3 +239,10 @@ def test_a_tensor_parallel_job_beside_storage_traffic_is_exact_by_symmetry():
     for a, b in zip(fast.summary["jobs"], full.summary["jobs"], strict=True):
         key = "iteration_time_s" if a["kind"] == "training" else "delivered_gb_s"
         assert a[key] == pytest.approx(b[key], rel=1e-9)
+
+
+def test_the_layout_search_refuses_several_jobs(tmp_path, capsys):
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(shared()))
+    assert main(["search", str(path), "--out", str(tmp_path / "search")]) == 2
+    assert "jobs: the layout search takes one job" in capsys.readouterr().err

@@ -22,10 +22,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.base.ir import BG_STREAM, COMPUTE_STREAM, Collective, Op, OpKind, Phase, Program
+from simulator.base.ir import (
+    BG_STREAM,
+    COMPUTE_STREAM,
+    PACING,
+    Collective,
+    Op,
+    OpKind,
+    Phase,
+    Program,
+)
 
 TRAFFIC = ("all_to_all", "storage")
-PACING = "background pacing"  # the name of the ops that set the period
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
 # transfers, not NCCL kernels, so they take no SMs from compute.
 COPY_ENGINE_EXCHANGE = "userbuffers_exchange"
+# Background traffic's pacing ops (workloads.background): a fixed wait on the compute
+# stream between messages, not a kernel; the Gantt leaves them out.
+PACING = "background pacing"
 
 
 class Symbol(Enum):

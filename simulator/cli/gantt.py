@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     out = options.figure(args.out or finished.path / f"gantt.{args.format}", "--out")
     ranks = options.ranks_option(args.ranks, total)
     spans = finished.spans if ranks is None else finished.spans_of(ranks)
+    if end is None and "jobs" in finished.summary:  # background traffic runs on past them
+        end = finished.summary["iteration_time_s"]
     _check_window(start, end, spans)
     plot_gantt(spans, out, finished.name, ranks=ranks, start=start, end=end,
                streams=args.streams, group=False if args.no_group else None,

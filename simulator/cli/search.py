@@ -92,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1 or args.workers < 1:
         raise ScenarioError(f"--top {args.top} and --workers {args.workers} must be at least 1")
     base = read_raw(args.scenario)
+    if base.get("jobs") is not None:
+        raise ScenarioError(f"{args.scenario}: jobs: the layout search takes one job (a "
+                            "scenario with model, training and parallelism); search each job's "
+                            "layout on its own scenario")
     base_dir = Path(args.scenario).parent
     machine = machine_from(base.get("cluster"), base_dir)
     model = model_from(base.get("model"), base_dir)

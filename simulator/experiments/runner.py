@@ -40,7 +40,6 @@ from simulator.engine.records import (
 )
 from simulator.experiments import blame, contention, jobs, symmetry
 from simulator.network.fabric import Fabric
-from workloads.background import PACING
 from workloads.program import build_program
 
 
@@ -85,7 +84,6 @@ class RunResult:
         spans, classes = self.spans, None
         if self.scenario.jobs:  # background traffic runs on past the training jobs
             options.setdefault("end", self.summary["iteration_time_s"])
-            spans = spans[spans["name"] != PACING]
         if self.folded is not None:
             if options.get("ranks"):
                 spans = self.spans_of(options["ranks"])

@@ -32,7 +32,7 @@ from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path as Outline
 
 from simulator.analysis.timeline import rank_table
-from simulator.base.ir import COMMUNICATION_STREAMS, PP_STREAM
+from simulator.base.ir import COMMUNICATION_STREAMS, PACING, PP_STREAM
 from simulator.outputs.selection import spread
 from simulator.outputs.style import save, time_unit
 
@@ -351,6 +351,7 @@ def figure(spans: pd.DataFrame, title: str = "", ranks: list[int] | None = None,
     """The Gantt chart of ``spans`` as a matplotlib Figure (see the module doc);
     ``classes``: a folded run's ranks by class, when ``spans`` hold only the first
     rank of each (each class is one row)."""
+    spans = spans[spans["name"] != PACING]  # (background traffic's waits: not work)
     iteration = float(spans["end"].max())
     rows, total = choose_rows(spans, ranks, streams, group, classes=classes)
     frame = _window(spans[spans["rank"].isin({r.ranks[0] for r in rows})], start, end)
