@@ -121,8 +121,8 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
     rank and peak memory (``analysis.summary`` on its ranks alone) with its time
     alone and slow-down; background traffic's offered and delivered rates."""
     out = []
+    ranks = spans["rank"].to_numpy()
     for p in placed:
-        ranks = spans["rank"].to_numpy()
         mine = spans[(ranks >= p.first) & (ranks < p.first + p.program.ranks)]
         head = {"name": p.job.name, "kind": p.job.kind, "nodes": list(p.job.nodes),
                 "gpus": p.program.ranks, "first_rank": p.first}
