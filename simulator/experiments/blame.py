@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from simulator.analysis.blame import LinkLoad, path_causes
+from simulator.analysis.blame import MIN_EXCESS, LinkLoad, path_causes
 from simulator.base.ir import Collective
 from simulator.collectives.tuner import Collectives, Lowered, isolated_time
 from simulator.network.fabric import Fabric
@@ -179,11 +179,12 @@ def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
         if call >= 0:
             kind = kind_of[call]
             excess = end - start - context.alone_of(*kind)[0]
-            lost[kind] = lost.get(kind, 0.0) + max(0.0, excess)
-    top = set(sorted((k for k, v in lost.items() if v > 0), key=lambda k: -lost[k])[:analysed])
+            if excess > MIN_EXCESS * (end - start):  # (what path_causes charges)
+                lost[kind] = lost.get(kind, 0.0) + excess
+    top = set(sorted(lost, key=lambda k: -lost[k])[:analysed])
     wanted = {link for kind in top for link in context.alone_of(*kind)[1]}
-    load = link_load(comms, context, wanted)
-    other_jobs = _other_jobs(comms, context, wanted) if context.job_of else None
+    load = link_load(comms, context, wanted) if wanted else LinkLoad({})
+    other_jobs = _other_jobs(comms, context, wanted) if context.job_of and wanted else None
     fabric, healthy = context.states[0][1], context.healthy.fabric
 
     def alone(call: int) -> tuple[float, tuple[int, ...]]:
