@@ -195,7 +195,7 @@ def test_bad_arguments_exit_2_with_one_line(pipeline_dir, capsys, args, message)
 
 
 def test_merge_close_joins_only_gaps_at_most_the_threshold():
-    from simulator.outputs.gantt import merge_close
+    from simulator.outputs.bars import merge_close
 
     start, end = merge_close(np.array([5.0, 0.0, 1.0, 3.0]), np.array([6.0, 1.0, 2.5, 4.0]), 0.5)
     assert start.tolist() == [0.0, 5.0] and end.tolist() == [4.0, 6.0]  # 3 - 2.5 <= 0.5
@@ -210,7 +210,7 @@ def test_merged_intervals_cover_the_originals_and_keep_their_gaps(pairs, gap):
     """Every original interval lies inside one merged interval; merged intervals are
     more than ``gap`` apart; the covered length grows by at most the gaps merged."""
     from simulator.analysis.timeline import union_length
-    from simulator.outputs.gantt import merge_close
+    from simulator.outputs.bars import merge_close
 
     start = np.array([s for s, _ in pairs])
     end = start + np.array([d for _, d in pairs])

@@ -9,7 +9,7 @@ import yaml
 
 from simulator.cli import main
 from simulator.experiments import sweep
-from simulator.experiments.sweep import Case, SweepError, expand, split_values
+from simulator.experiments.sweep_design import Case, SweepError, expand, split_values
 
 BASE = {
     "name": "sweep-base",

@@ -31,14 +31,14 @@ def add_parser(sub) -> None:
 
 
 def _design(args: argparse.Namespace) -> tuple[Path, dict, dict]:
-    from simulator.experiments import sweep
+    from simulator.experiments import sweep_design
 
     raw = read_yaml(args.base, "scenario or sweep file")
     is_file = isinstance(raw, dict) and "base" in raw  # a sweep file: the CLI's axes add to its
-    base, file_grid, file_zip = (sweep.design_from(raw, args.base) if is_file
+    base, file_grid, file_zip = (sweep_design.design_from(raw, args.base) if is_file
                                  else (Path(args.base), {}, {}))
-    grid = sweep.axes(args.grid, "--grid", {**file_grid, **file_zip})
-    zipped = sweep.axes(args.zip, "--zip", {**file_grid, **file_zip, **grid})
+    grid = sweep_design.axes(args.grid, "--grid", {**file_grid, **file_zip})
+    zipped = sweep_design.axes(args.zip, "--zip", {**file_grid, **file_zip, **grid})
     if not (is_file or grid or zipped):
         raise ScenarioError("sweep: give --grid KEY=V1,V2 (or --zip), or a sweep file")
     return base, {**file_grid, **grid}, {**file_zip, **zipped}

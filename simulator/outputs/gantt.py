@@ -28,11 +28,11 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, PathPatch
-from matplotlib.path import Path as Outline
+from matplotlib.patches import Patch
 
 from simulator.analysis.timeline import rank_table
 from simulator.base.ir import COMMUNICATION_STREAMS, PACING, PP_STREAM
+from simulator.outputs.bars import bars, rectangles
 from simulator.outputs.selection import spread
 from simulator.outputs.style import save, time_unit
 
@@ -208,52 +208,8 @@ def _label_blocks(ax: Axes, part: pd.DataFrame, y: float, scale: float, width: f
                 fontsize=5.5, color="white" if phase == "backward" else "black")
 
 
-RECTANGLE_CODES = np.array([Outline.MOVETO, Outline.LINETO, Outline.LINETO, Outline.LINETO,
-                            Outline.CLOSEPOLY], dtype=Outline.code_type)
 PIXEL_FRACTION = 1 / 6000  # gaps below this share of the window are below a pixel
 HATCH_MIN = 1 / 400  # narrower blocks (a few pixels) are drawn solid: no hatch would show
-
-
-def merge_close(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals ``[start, end)`` merged where they overlap or are at most ``gap``
-    apart, in start order: what a figure shows when ``gap`` is below a pixel.
-
-    >>> merge_close(np.array([0.0, 1.05, 3.0]), np.array([1.0, 2.0, 4.0]), 0.1)
-    (array([0., 3.]), array([2., 4.]))
-    """
-    if len(start) == 0:
-        return start, end
-    order = np.argsort(start, kind="stable")
-    s, e = np.asarray(start, dtype=float)[order], np.asarray(end, dtype=float)[order]
-    reach = np.maximum.accumulate(e)
-    first = np.r_[True, s[1:] > reach[:-1] + gap]
-    at = np.flatnonzero(first)
-    return s[at], np.maximum.reduceat(e, at)
-
-
-def _bars(part: pd.DataFrame, scale: float, gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """(x, width) arrays of a lane's merged intervals."""
-    s, e = merge_close(part["start"].to_numpy(), part["end"].to_numpy(), gap)
-    return s * scale, (e - s) * scale
-
-
-def _rectangles(ax: Axes, bars: tuple[np.ndarray, np.ndarray], y: float, height: float,
-                **style) -> None:
-    """Bars ``(x, width)`` from ``y`` to ``y + height`` as one compound path built
-    from arrays (``broken_barh`` converts units bar by bar, and a collection makes
-    a path per bar: seconds for the hundreds of thousands of bars of a large
-    run; the bars do not overlap, so one filled path draws the same). The caller
-    sets the limits."""
-    x, w = bars
-    if len(x) == 0:
-        return
-    verts = np.empty((len(x), 5, 2))
-    verts[:, (0, 1, 4), 0] = x[:, None]
-    verts[:, (2, 3), 0] = (x + w)[:, None]
-    verts[:, (0, 3, 4), 1] = y
-    verts[:, (1, 2), 1] = y + height
-    codes = np.tile(RECTANGLE_CODES, len(x))
-    ax.add_artist(PathPatch(Outline(verts.reshape(-1, 2), codes), snap=True, **style))
 
 
 def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
@@ -275,19 +231,19 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
             frame = frame[frame["stream"] == row.stream]
         for (stream, name), part in frame.groupby(["stream", "cat"], observed=True):
             offset, height = lanes.get(str(stream), lanes["compute"])
-            x, w = _bars(part, scale, gap)
+            x, w = bars(part, scale, gap)
             wide = w >= HATCH_MIN * width if name in HATCH else np.zeros(len(w), dtype=bool)
             if wide.any():  # a hatch shows only on blocks a few pixels wide: draw it there
-                _rectangles(ax, (x[wide], w[wide]), y + offset, height,
+                rectangles(ax, (x[wide], w[wide]), y + offset, height,
                             facecolor=CATEGORIES[name], hatch=HATCH[name],
                             edgecolor="white", linewidth=0)
-            _rectangles(ax, (x[~wide], w[~wide]), y + offset, height,
+            rectangles(ax, (x[~wide], w[~wide]), y + offset, height,
                         facecolor=CATEGORIES[name], linewidth=0)
             used.add(name)
         bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
-            _rectangles(ax, _bars(bubbles, scale, gap), y + offset, height,
+            rectangles(ax, bars(bubbles, scale, gap), y + offset, height,
                         facecolor=CATEGORIES["pipeline bubble"],
                         alpha=0.45, linewidth=0, zorder=0.5)
         compute = frame[frame["kind"] == "compute"]
