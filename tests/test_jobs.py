@@ -246,3 +246,9 @@ def test_the_layout_search_refuses_several_jobs(tmp_path, capsys):
     path.write_text(yaml.safe_dump(shared()))
     assert main(["search", str(path), "--out", str(tmp_path / "search")]) == 2
     assert "jobs: the layout search takes one job" in capsys.readouterr().err
+
+
+def test_each_jobs_critical_path_spans_its_own_iteration():
+    summary = run(from_dict(shared("scattered"))).summary
+    for job in summary["jobs"]:
+        assert job["critical_path"]["length_s"] == pytest.approx(job["iteration_time_s"])

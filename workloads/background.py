@@ -68,7 +68,7 @@ def background_program(spec: BackgroundSpec, ranks_per_node: int, nodes: int,
     ranks = ranks_per_node * nodes
     count = messages(spec, duration)
     if spec.traffic == "all_to_all":
-        op = _message(Collective.ALL_TO_ALL, OpKind.COLLECTIVE, BG_STREAM, spec.message)
+        op = _message(OpKind.COLLECTIVE, BG_STREAM, spec.message)
         return _program([_paced((op,), count)] * ranks, {BG_STREAM: (tuple(range(ranks)),)},
                         ranks)
     return _storage(spec, count, ranks_per_node * spec.servers, ranks)
@@ -80,30 +80,32 @@ def _storage(spec: BackgroundSpec, count: int, servers: int, ranks: int) -> Prog
     ``bg.k`` (a rank is in one pair per dimension). Writers pace their messages,
     readers take them as they come; a server that sends (``read``) serves its
     clients one after another each period."""
-    slots: dict[int, list[tuple[int, str]]] = {s: [] for s in range(servers)}
+    send = spec.direction == "write"  # clients send; else servers do
+    slots: dict[int, list[str]] = {s: [] for s in range(servers)}
     groups: dict[str, list[tuple[int, int]]] = {}
+    ops: list[tuple[Op, ...]] = [()] * ranks
+    shared: dict[object, tuple[Op, ...]] = {}  # equal programs share one tuple (symmetry)
     for i, client in enumerate(range(servers, ranks)):
         server, dim = i % servers, f"{BG_STREAM}.{i // servers}"
-        pair = (client, server) if spec.direction == "write" else (server, client)
-        groups.setdefault(dim, []).append(pair)
-        slots[server].append((client, dim))
-    send = spec.direction == "write"
-    ops: list[tuple[Op, ...]] = [()] * ranks
-    client_ops: dict[str, tuple[Op, ...]] = {}  # per dimension: its clients share one tuple
-    for server, clients in slots.items():
-        for client, dim in clients:
-            if dim not in client_ops:
-                op = _message(Collective.SEND_RECV, OpKind.SEND if send else OpKind.RECV, dim,
-                              spec.message)
-                client_ops[dim] = _paced((op,), count) if send else (op,) * count
-            ops[client] = client_ops[dim]
-        mine = tuple(_message(Collective.SEND_RECV, OpKind.RECV if send else OpKind.SEND, dim,
-                              spec.message) for _, dim in clients)
-        ops[server] = mine * count if send else _paced(mine, count)
+        groups.setdefault(dim, []).append((client, server) if send else (server, client))
+        slots[server].append(dim)
+        if dim not in shared:
+            op = _message(OpKind.SEND if send else OpKind.RECV, dim, spec.message)
+            shared[dim] = _paced((op,), count) if send else (op,) * count
+        ops[client] = shared[dim]
+    for server, dims in slots.items():
+        if tuple(dims) not in shared:
+            mine = tuple(_message(OpKind.RECV if send else OpKind.SEND, dim, spec.message)
+                         for dim in dims)
+            shared[tuple(dims)] = mine * count if send else _paced(mine, count)
+        ops[server] = shared[tuple(dims)]
     return _program(ops, {dim: tuple(pairs) for dim, pairs in groups.items()}, ranks)
 
 
-def _message(collective: Collective, kind: OpKind, group: str, size: float) -> Op:
+def _message(kind: OpKind, group: str, size: float) -> Op:
+    """One message: an all-to-all call (``kind`` COLLECTIVE) or one side of a
+    storage transfer."""
+    collective = Collective.ALL_TO_ALL if kind is OpKind.COLLECTIVE else Collective.SEND_RECV
     return Op(kind, f"background {collective.value}", BG_STREAM, Phase.FORWARD,
               collective=collective, group=group, bytes=size)
 

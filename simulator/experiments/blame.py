@@ -40,11 +40,15 @@ class Context:
     _alone: dict = field(default_factory=dict)
 
     def jobs_of(self, comms: pd.DataFrame) -> np.ndarray:
-        """The job of each logged call (its group's first member's)."""
-        first = {(dim, k): self.job_of[g[0]] for dim, groups in self.groups.items()
-                 for k, g in enumerate(groups)}
-        return np.array([first[(str(d), int(k))] for d, k in zip(
-            comms["group"].tolist(), comms["group_index"].tolist(), strict=True)], dtype=object)
+        """The job of each logged call (its group's first member's), a dimension at
+        a time."""
+        group, index = comms["group"].to_numpy(), comms["group_index"].to_numpy()
+        out = np.empty(len(comms), dtype=object)
+        for dim in pd.unique(group):
+            rows = group == dim
+            firsts = np.array([self.job_of[g[0]] for g in self.groups[str(dim)]], dtype=object)
+            out[rows] = firsts[index[rows].astype(int)]
+        return out
 
     def state_at(self, times: np.ndarray) -> np.ndarray:
         """The fabric's state (index into ``states``) at each of ``times``."""

@@ -20,7 +20,7 @@ import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import summarize
-from simulator.base.ir import Program
+from simulator.base.ir import BG_STREAM, Program
 from simulator.compute.model import ComputeModel
 from workloads.background import PACING, background_program
 from workloads.jobs import Placed, leading, merge, rank_order
@@ -118,8 +118,9 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
               placed: Sequence[Placed], memory_events, simulated: Sequence[int], gpu,
               alone: dict[str, float]) -> list[dict]:
     """One summary per job: a training job's iteration time, throughput, MFU, last
-    rank and peak memory (``analysis.summary`` on its ranks alone) with its time
-    alone and slow-down; background traffic's offered and delivered rates."""
+    rank, peak memory and critical path (``analysis.summary`` on its ranks alone)
+    with its time alone and slow-down; background traffic's offered and delivered
+    rates."""
     out = []
     ranks = spans["rank"].to_numpy()
     for p in placed:
@@ -140,7 +141,8 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
                     "slowdown": time / alone.get(p.job.name, time),
                     "tokens_per_s": s["tokens_per_s"], "mfu": s["mfu"],
                     "critical_rank": s["critical_rank"] + p.first,
-                    "peak_memory_gib": s["peak_memory_gib"], "oom": s["oom"], **notes})
+                    "peak_memory_gib": s["peak_memory_gib"], "oom": s["oom"],
+                    "critical_path": s["critical_path"], **notes})
     return out
 
 
@@ -148,13 +150,9 @@ def _background(comms: pd.DataFrame, p: Placed, groups) -> dict:
     """A background job's offered and delivered bytes per second per stream (each
     GPU of an all-to-all, each storage client), and its messages' mean time."""
     spec = p.job.background
-    group = comms["group"].astype(str).to_numpy()
-    index = comms["group_index"].to_numpy()
-    mine = np.zeros(len(comms), dtype=bool)
-    for dim in {g for g in group if g.split(".")[0] == "bg"}:
-        own = [k for k, members in enumerate(groups[dim]) if members[0] in p.ranks]
-        mine |= (group == dim) & np.isin(index, own)
-    rows = comms[mine]
+    rows = comms[comms["dimension"] == BG_STREAM]  # (its groups are bg, bg.0, bg.1, ...)
+    rows = rows[[groups[str(dim)][int(k)][0] in p.ranks for dim, k in zip(
+        rows["group"], rows["group_index"], strict=True)]]  # this job's calls
     if rows.empty:
         return {"traffic": spec.traffic, "offered_gb_s": spec.rate / 1e9, "delivered_gb_s": 0.0,
                 "messages": 0, "message_time_s": 0.0, "until_s": 0.0}

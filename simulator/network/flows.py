@@ -158,13 +158,13 @@ class Network:
         if shape is None:
             succeed_at(self.env, done, then)
             return done
-        self._start(_Transfer(done, shape, self.env.now, key, then))
+        t = _Transfer(done, shape, self.env.now, key, then)
+        self._start(t if self._dead is None else self._rerouted(t))
         return done
 
     def _start(self, t: _Transfer) -> None:
-        """Run ``t`` solo if its links are free, else in a component with their users."""
-        if self._dead is not None:
-            t = self._rerouted(t)
+        """Run ``t`` (on routes that avoid failed links) solo if its links are free,
+        else in a component with their users."""
         owners = self._owner[t.links]
         touched = self._component_of[t.links]
         if owners.max() < 0 and touched.max() < 0:  # every link free (the common case)
