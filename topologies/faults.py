@@ -8,8 +8,9 @@ names in its errors; ``n3.nic2``, ``leaf0``, ``spine4``) or in words
 - ``{link: [a, b], bandwidth: 0.5}``: a link (both directions) at half its rate
   (a flapping or mis-negotiated port); ``{link: [a, b], down: true}``: gone;
 - ``{nic: "node 3 nic 2", down: true}`` (or ``bandwidth``): a NIC. Its GPUs
-  move to their server's surviving NICs (the least loaded first), as NCCL
-  moves the channels of a failed NIC to the others; a server whose every NIC
+  move to their server's nearest surviving NIC (by index), as a GPU's traffic
+  takes the closest NIC left on its PCIe tree, and NCCL's channels count the
+  NICs left; a server whose every NIC
   is down cannot reach its peers, which is an error naming its GPUs;
 - ``{switch: spine4, down: true}``: a switch and all its links;
 - any of them with ``at: "20 ms"``: from that time into the iteration on
@@ -37,7 +38,9 @@ import networkx as nx
 from simulator.base.fields import ScenarioError, fail
 from simulator.base.units import UnitError, parse_time
 
-KINDS = ("link", "nic", "switch")
+KINDS = ("link", "nic", "switch")  # (also the order they are applied in: a link before
+# the part it ends at is removed)
+MIN_SHARE = 0.001  # a link at under 0.1 % of its rate carries nothing useful: it is down
 WORDS_NIC = re.compile(r"^\s*node\s+(\d+)\s+nic\s+(\d+)\s*$")
 
 
@@ -50,6 +53,7 @@ class Fault:
     names: tuple[str, ...]
     bandwidth: float
     at: float = 0.0  # seconds into the iteration it starts
+    index: int = -1  # its place in the scenario's list (for errors)
 
     def describe(self) -> str:
         what = " - ".join(self.names)
@@ -80,8 +84,10 @@ def _fault(path: str, entry: object) -> Fault:
     if not isinstance(down, bool) or (down and share is not None) or (not down and share is None):
         raise fail(path, entry, "must give either down: true or bandwidth (not both)")
     if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
-                              or not 0 < share <= 1):
-        raise fail(f"{path}.bandwidth", share, "must be a share of the bandwidth in (0, 1]")
+                              or not MIN_SHARE <= share <= 1):
+        raise fail(f"{path}.bandwidth", share, f"must be a share of the bandwidth from "
+                                               f"{MIN_SHARE:g} to 1 (a part slower than that "
+                                               "is down: say down: true)")
     target = entry[kind]
     if kind == "link":
         names = tuple(target) if isinstance(target, list) else tuple(
@@ -91,11 +97,13 @@ def _fault(path: str, entry: object) -> Fault:
     else:
         names = (str(target),)
     return Fault(kind, tuple(str(n) for n in names), 0.0 if down else float(share),
-                 _start(f"{path}.at", entry.get("at", 0.0)))
+                 _start(f"{path}.at", entry.get("at", 0.0)), int(path.rsplit("[", 1)[1][:-1]))
 
 
 def _start(path: str, raw: object) -> float:
     """When a fault starts: a time such as ``"20 ms"`` (0: from the start)."""
+    if isinstance(raw, bool):
+        raise fail(path, raw, "must be a time from the iteration's start, such as \"20 ms\"")
     if raw == 0:
         return 0.0
     try:
@@ -125,35 +133,64 @@ def _node_name(graph: nx.DiGraph, path: str, kind: str, name: str) -> str:
 
 def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabric.faults"
           ) -> nx.DiGraph:
-    """A copy of ``graph`` with ``faults`` applied (``graph`` itself when none)."""
+    """A copy of ``graph`` with ``faults`` applied (``graph`` itself when none).
+
+    A part named by several faults takes the one that started last (a link at
+    half its rate from the start and down from 20 ms); two faults on one part
+    that start together are an error. Links are changed before NICs and switches
+    are removed, so a fault on a link of a failed part is no error."""
     if not faults:
         return graph
     out = graph.copy()
-    applied = []
-    for i, fault in enumerate(faults):
+    latest: dict[tuple, tuple[int, Fault]] = {}
+    for position, fault in enumerate(faults):
+        i = fault.index if fault.index >= 0 else position  # as the scenario counts
         where = f"{path}[{i}]"
-        names = [_node_name(out, where, fault.kind, n) for n in fault.names]
-        applied.append(Fault(fault.kind, tuple(names), fault.bandwidth, fault.at))
-        if fault.kind == "link":
-            a, b = names
-            if not out.has_edge(a, b):
-                raise ScenarioError(f"{where}: there is no link between {a} and {b}")
-            edges = [(a, b), (b, a)]
-        else:
-            kind = out.nodes[names[0]].get("kind")
-            if kind != fault.kind:
-                raise ScenarioError(f"{where}: {names[0]} is a {kind}, not a {fault.kind}")
-            edges = [*out.in_edges(names[0]), *out.out_edges(names[0])]
-        if fault.bandwidth == 0 and fault.kind != "link":
-            out.remove_node(names[0])
-        elif fault.bandwidth == 0:
-            out.remove_edges_from(edges)
-        else:
-            for u, v in edges:
-                out.edges[u, v]["bandwidth"] *= fault.bandwidth
+        names = tuple(_node_name(out, where, fault.kind, n) for n in fault.names)
+        _check_kind(out, where, fault.kind, names)
+        part = (fault.kind, frozenset(names))
+        if part in latest and latest[part][1].at == fault.at:
+            raise ScenarioError(f"{where}: names the {fault.kind} {' - '.join(names)} as "
+                                f"{path}[{latest[part][0]}] does, from the same time; give "
+                                "each part once (a later at: replaces an earlier fault)")
+        if part not in latest or latest[part][1].at < fault.at:
+            latest[part] = (i, Fault(fault.kind, names, fault.bandwidth, fault.at, i))
+    applied = [f for _, f in sorted(latest.values(), key=lambda e: e[0])]
+    for fault in sorted(applied, key=lambda f: KINDS.index(f.kind)):
+        _break(out, fault)
     _move_gpus_off_lost_nics(out, graph)
     out.graph["faults"] = [f.describe() for f in applied]
     return out
+
+
+def _check_kind(graph: nx.DiGraph, where: str, kind: str, names: tuple[str, ...]) -> None:
+    """The part exists as the kind the fault says (a link between its two ends)."""
+    if kind == "link":
+        a, b = names
+        if not graph.has_edge(a, b):
+            raise ScenarioError(f"{where}: there is no link between {a} and {b}")
+    elif graph.nodes[names[0]].get("kind") != kind:
+        raise ScenarioError(f"{where}: {names[0]} is a {graph.nodes[names[0]].get('kind')}, "
+                            f"not a {kind}")
+
+
+def _break(graph: nx.DiGraph, fault: Fault) -> None:
+    """Apply one fault to ``graph`` (a part already removed with its links is
+    left as it is)."""
+    if fault.kind == "link":
+        a, b = fault.names
+        edges = [e for e in ((a, b), (b, a)) if graph.has_edge(*e)]
+    elif fault.names[0] in graph:
+        edges = [*graph.in_edges(fault.names[0]), *graph.out_edges(fault.names[0])]
+    else:
+        return
+    if fault.bandwidth == 0 and fault.kind != "link":
+        graph.remove_node(fault.names[0])
+    elif fault.bandwidth == 0:
+        graph.remove_edges_from(edges)
+    else:
+        for u, v in edges:
+            graph.edges[u, v]["bandwidth"] *= fault.bandwidth
 
 
 def from_start(graph: nx.DiGraph, faults: Sequence[Fault],
@@ -194,26 +231,30 @@ def _usable_nics(graph: nx.DiGraph) -> dict[int, list[str]]:
 
 
 def _move_gpus_off_lost_nics(graph: nx.DiGraph, before: nx.DiGraph) -> None:
-    """GPUs whose NIC is gone (or cut from every switch) take their server's least
-    loaded surviving NIC, over a link like the one they had to their own NIC
-    (in the fabric ``before`` the faults)."""
+    """GPUs whose NIC is gone (cut from every switch, or their own link to it
+    failed) take their server's nearest surviving NIC (by index; the lower on a
+    tie), as a GPU's traffic takes the closest NIC on its PCIe tree; over a link
+    like the one they had to their own NIC (in the fabric ``before`` the faults).
+
+    Nearest, not least loaded: a GPU's NIC then depends only on which of its own
+    server's NICs failed, so another fault elsewhere never moves it."""
     usable = _usable_nics(graph)
     gpus = [(n, d) for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]
-    load: dict[str, int] = {}
-    for _, data in gpus:
-        load[data["nic"]] = load.get(data["nic"], 0) + 1
-    servers = {int(d["node"]) for _, d in gpus}
-    if len(servers) < 2:
+    if len({int(d["node"]) for _, d in gpus}) < 2:
         return
     for name, data in sorted(gpus):
         nic, node = data["nic"], int(data["node"])
-        if nic in usable.get(node, ()):
+        if nic in usable.get(node, ()) and graph.has_edge(name, nic) and graph.has_edge(nic, name):
             continue
-        left = sorted(usable.get(node, ()), key=lambda n: (load.get(n, 0), n))
+        index = int(before.nodes[nic].get("local", 0))
+        left = sorted((n for n in usable.get(node, ()) if n != nic), key=lambda n: (
+            abs(int(graph.nodes[n].get("local", 0)) - index), graph.nodes[n].get("local", 0), n))
         if not left:
+            why = (f"its link to its NIC {nic} failed and server {node} has no other NIC"
+                   if nic in usable.get(node, ()) else
+                   f"every NIC of server {node} is down or cut off from the rest of the fabric")
             raise ScenarioError(f"cluster.fabric.faults: GPU {name} cannot reach its peers: "
-                                f"every NIC of server {node} is down or cut off from the "
-                                "rest of the fabric")
+                                f"{why}")
         if not before.has_edge(name, nic):
             raise ScenarioError(f"cluster.fabric.faults: GPU {name} has no link of its own to "
                                 f"its NIC {nic} to move to another NIC")
@@ -221,6 +262,5 @@ def _move_gpus_off_lost_nics(graph: nx.DiGraph, before: nx.DiGraph) -> None:
         if graph.has_edge(name, nic):
             graph.remove_edges_from([(name, nic), (nic, name)])
         data["nic"] = left[0]
-        load[left[0]] = load.get(left[0], 0) + 1
         graph.add_edge(name, left[0], **attrs)
         graph.add_edge(left[0], name, **attrs)

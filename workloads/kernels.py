@@ -254,11 +254,13 @@ def parameter_count(model: ModelSpec, seq: int) -> int:
     return sum(k.params for k in kernels)
 
 
-def model_flops(model: ModelSpec, batch: int, seq: int) -> float:
+def model_flops(model: ModelSpec, batch: int, seq: int, kept: float = 1.0) -> float:
     """Model FLOPs of one iteration on ``batch`` sequences: 3x the forward matmuls
-    (a MoE layer's: each token's ``top_k`` experts, its shared ones and the router)."""
+    (a MoE layer's: each token's ``top_k`` experts, its shared ones and the router);
+    ``kept``: the share of routed copies the experts keep (below 1 when
+    ``capacity_factor`` drops some: a dropped copy is no work done)."""
     kernels = all_layer_kernels(model, batch, seq) + head_kernels(model, batch, seq, 2)
-    return 3.0 * sum(k.flops for k in kernels)
+    return 3.0 * sum(k.flops * (kept if is_expert(k) else 1.0) for k in kernels)
 
 
 def megatron_hardware_flops(model: ModelSpec, batch: int, seq: int) -> float:

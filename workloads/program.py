@@ -260,7 +260,7 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
         ops=tuple(stage_ops[s] for s in stage_of),
         groups=_groups(ctx, layout),
         static_memory=tuple(memory[s] for s in stage_of),
-        model_flops=K.model_flops(model, training.global_batch, training.seq_len),
+        model_flops=K.model_flops(model, training.global_batch, training.seq_len, _kept(ctx)),
         tokens=training.global_batch * training.seq_len,
         stage=tuple(stage_of),
         steps=tuple(stage_steps[s] for s in stage_of),
@@ -273,21 +273,29 @@ def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSp
 
 
 def _moe_notes(ctx: Context) -> dict:
-    """What routing came to (summary keys), in a model with experts."""
+    """What routing came to, in a model with experts: one private note, which the
+    summary turns into its MoE keys all together (``analysis.summary.moe_keys``)."""
     r = ctx.routing
     if r is None:
         return {}
-    return {"moe_routing": ctx.model.routing, "moe_rank_imbalance": r.imbalance,
-            "moe_expert_imbalance": r.expert_imbalance, "moe_dropped_fraction": r.dropped,
-            "_moe_load_factors": expert.load_factors(ctx)}
+    return {"_moe": {"moe_routing": ctx.model.routing, "moe_rank_imbalance": r.imbalance,
+                     "moe_expert_imbalance": r.expert_imbalance,
+                     "moe_dropped_fraction": r.dropped, "load_factors": expert.load_factors(ctx)}}
+
+
+def _kept(ctx: Context) -> float:
+    """The share of routed token copies the experts keep (1: dropless)."""
+    return 1.0 - ctx.routing.dropped if ctx.routing is not None else 1.0
 
 
 def _hardware_flops(ctx: Context) -> float:
-    """FLOPs the GPUs execute in one iteration, recompute included, whole job."""
-    b = ctx.training.global_batch
-    flops = K.model_flops(ctx.model, b, ctx.training.seq_len)
+    """FLOPs the GPUs execute in one iteration, recompute included, whole job
+    (the kept token copies' expert FLOPs)."""
+    b, kept = ctx.training.global_batch, _kept(ctx)
+    flops = K.model_flops(ctx.model, b, ctx.training.seq_len, kept)
     if ctx.training.recompute is Recompute.FULL:
         layers = K.all_layer_kernels(ctx.model, ctx.training.micro_batch, ctx.training.seq_len)
-        flops += sum(k.flops for k in layers) * b / ctx.training.micro_batch
+        flops += sum(k.flops * (kept if K.is_expert(k) else 1.0)
+                     for k in layers) * b / ctx.training.micro_batch
     return flops
 

@@ -18,16 +18,18 @@ distribution (``model.routing``):
   one row per MoE layer), the counts multinomial around it.
 
 With ``capacity_factor`` C an expert keeps at most ceil(C copies / experts)
-copies and drops the rest (counted); without it routing is dropless.
+copies and drops the rest (counted; dropped copies are neither sent nor
+computed, and the model FLOPs count the kept ones); without it routing is
+dropless.
 
 What the program uses: each expert-parallel rank's load is the sum over its
 local experts. The combine all-to-all makes every member of an EP group wait
 for the most loaded one, so a stage's program runs each MoE layer's experts
 at that rank's load (``scale``: its copies over the balanced share) and sizes
-its all-to-alls by the larger of what a rank sends and what the most loaded
-receives (``exchange``). Every EP group of a stage sees the same draw (the
-router's statistics are modelled, not its tokens), so the ranks of a stage
-keep one program; the iteration time is exact for the draw, and every rank's
+its all-to-alls by the larger of what a rank sends (the mean rank's kept
+copies) and what the most loaded receives (``exchange``). Every EP group of a
+stage sees the same draw (the router's statistics are modelled, not its
+tokens), so the ranks of a stage keep one program; the iteration time is exact for the draw, and every rank's
 expert kernels show the most loaded rank's time (the others would compute
 less and wait at the combine).
 """
@@ -58,6 +60,21 @@ class Routing:
     dropped: float  # fraction of copies dropped at capacity
     varies: bool  # whether micro-batches differ (anything but balanced, undropped routing)
     ranks_per_token: float = 1.0  # EP ranks holding a token's experts, on average
+    # MoE layer -> per micro-batch: the mean rank's kept copies / balanced (1 dropless)
+    kept: dict[int, np.ndarray] | None = None
+
+    def over_mean(self) -> tuple[dict, dict]:
+        """(expert kernels', exchanges') factors over the mean rank's kept load, at
+        least 1: what the busiest rank's load costs beyond an even split of the
+        tokens kept (``scale`` and ``exchange`` are over the balanced share of all
+        copies, which capacity-dropped tokens no longer fill)."""
+        def over(factors: dict) -> dict:
+            return {layer: np.maximum(np.asarray(f, dtype=float) / self._kept(layer), 1.0)
+                    for layer, f in factors.items()}
+        return over(self.scale), over(self.exchange)
+
+    def _kept(self, layer: int) -> np.ndarray | float:
+        return 1.0 if self.kept is None else self.kept[layer]
 
 
 def ranks_per_token(model: ModelSpec, ep: int) -> float:
@@ -100,7 +117,7 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     (its tokens x top_k), an EP group of ``ep`` ranks."""
     total, experts = copies * ep, model.experts
     cap = math.ceil(model.capacity_factor * total / experts) if model.capacity_factor else None
-    scale, exchange, ranks_max, experts_max, dropped = {}, {}, [], [], 0.0
+    scale, exchange, kept, ranks_max, experts_max, dropped = {}, {}, {}, [], [], 0.0
     layers = [n for n in range(model.layers) if model.is_moe_layer(n)]
     for index, layer in enumerate(layers):
         rng = np.random.default_rng([seed, ROUTING_SEED, layer])
@@ -114,7 +131,8 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
             counts = np.minimum(counts, cap)
         loads = counts.reshape(micro_batches, ep, experts // ep).sum(axis=2)
         scale[layer] = np.round(loads.max(axis=1) / copies * GRAIN) / GRAIN
-        exchange[layer] = np.maximum(scale[layer], 1.0)
+        kept[layer] = loads.mean(axis=1) / copies  # (1: nothing dropped)
+        exchange[layer] = np.maximum(scale[layer], np.round(kept[layer] * GRAIN) / GRAIN)
         ranks_max.append(loads.max(axis=1) / loads.mean(axis=1))
         experts_max.append(counts.max(axis=1) / counts.mean(axis=1))
     passes = len(scale) * micro_batches
@@ -122,4 +140,4 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
                    float(np.mean(experts_max)) if experts_max else 1.0,
                    dropped / (total * passes) if passes else 0.0,
                    any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()),
-                   ranks_per_token(model, ep))
+                   ranks_per_token(model, ep), kept)

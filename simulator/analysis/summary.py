@@ -9,7 +9,7 @@ second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
 chain of spans that sets the iteration time in each category, and the spans,
 ranks and stages it passes; see ``simulator.analysis.critical_path``),
 ``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``; in a model
-with experts ``moe_imbalance_s`` (``imbalance_cost``).
+with experts the MoE keys, all together (``moe_keys``).
 """
 
 from __future__ import annotations
@@ -144,6 +144,20 @@ def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
 
 
 EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter")  # a MoE layer's token moves
+MOE_KEYS = ("moe_routing", "moe_rank_imbalance", "moe_expert_imbalance", "moe_dropped_fraction",
+            "moe_imbalance_s")
+
+
+def moe_keys(notes: Mapping, spans: pd.DataFrame, rank: int) -> dict[str, object]:
+    """The summary's MoE keys of a program's ``notes`` (none for a dense model), all
+    of them or none: what routing came to (``workloads.routing``) and what
+    imbalance cost ``rank`` (``imbalance_cost``, on its spans in ``spans``)."""
+    moe = notes.get("_moe")
+    if moe is None:
+        return {}
+    out = {k: moe[k] for k in MOE_KEYS[:-1]}
+    out["moe_imbalance_s"] = imbalance_cost(spans, rank, *moe["load_factors"])
+    return out
 
 
 def imbalance_cost(spans: pd.DataFrame, rank: int, scale: Mapping[int, np.ndarray],

@@ -29,25 +29,37 @@ def user_path(written: str | Path, base_dir: Path | None) -> Path:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys in a mapping."""
+    """SafeLoader whose mapping keys are the text written, and that refuses a key
+    given twice in a mapping.
+
+    Every key a user writes names something (a section, a setting, a job, a GPU,
+    a time): PyYAML would turn ``1:``, ``true:`` or ``null:`` into a number, a
+    boolean or None, which then cannot be looked up by name, and ``1:`` and
+    ``"1":`` into two keys that name one thing. Keys are kept as written, so both
+    are ``"1"`` and the second is refused as a duplicate."""
 
     def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.get(key)
-                except TypeError:  # an unhashable key: PyYAML's own error follows
-                    continue
-                if first is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first given at line {first + 1})",
-                        key_node.start_mark)
-                seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep)
+        written = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        self.flatten_mapping(node)  # merged pairs (<<) first, then the written ones,
+        merged = len(node.value) - written  # each later pair overriding an earlier one
+        out: dict[Any, Any] = {}
+        lines: dict[Any, int] = {}
+        for i, (key_node, value_node) in enumerate(node.value):
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a name, not a list or a mapping",
+                    key_node.start_mark)
+            key = key_node.value
+            if i >= merged and key in lines:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given at line "
+                                f"{lines[key] + 1})", key_node.start_mark)
+            if i >= merged:
+                lines[key] = key_node.start_mark.line
+            out[key] = self.construct_object(value_node, deep=deep)
+        return out
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -106,6 +118,32 @@ def finite_numbers(value: Any, where: str) -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             finite_numbers(item, f"{where}[{i}]")
+
+
+def text_keys(value: Any, where: str) -> Any:
+    """``value`` with every mapping key as text, as the YAML reader gives them: a
+    scenario built in Python may key a job or a GPU by an integer (``{1: ...}``
+    becomes ``{"1": ...}``); a key that is None, a boolean or a float names
+    nothing, and two keys that become one text are an error naming both.
+
+    >>> text_keys({"jobs": {1: {"nodes": 1}}}, "")
+    {'jobs': {'1': {'nodes': 1}}}
+    """
+    if isinstance(value, list):
+        return [text_keys(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise ScenarioError(f"{where or 'scenario'}: the key {key!r} must be a name "
+                                "(text or an integer)")
+        name = str(key)
+        if name in out:
+            raise ScenarioError(f"{where or 'scenario'}: the keys {name!r} and {key!r} name "
+                                "one thing; give it once")
+        out[name] = text_keys(item, f"{where}.{name}" if where else name)
+    return out
 
 
 def file_name(name: str) -> str:

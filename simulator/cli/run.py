@@ -74,12 +74,15 @@ def _job_lines(summary: dict) -> list[str]:
     traffic delivered (the lines above are the slowest training job's and the
     training GPUs' together)."""
     lines = []
+    several = sum(job["kind"] == "training" for job in summary.get("jobs", ())) > 1
     for job in summary.get("jobs", ()):
         nodes = ", ".join(map(str, job["nodes"][:8])) + (" ..." if len(job["nodes"]) > 8 else "")
         if job["kind"] == "training":
             text = (f"{job['name']} on nodes {nodes} ({job['gpus']} GPUs): "
                     f"{format_time(job['iteration_time_s'])}, x{job['slowdown']:.3f} its "
                     f"{format_time(job['alone_s'])} alone, MFU {job['mfu']:.1%}")
+            if several and "moe_routing" in job:  # (one training job's are the run's lines)
+                text += "; " + _moe_text(job)
         else:
             text = (f"{job['name']} on nodes {nodes}: background {job['traffic']}, "
                     f"{job['delivered_gb_s']:.1f} of {job['offered_gb_s']:.1f} GB/s per stream "
@@ -109,7 +112,8 @@ def _straggler_lines(summary: dict) -> list[str]:
 
 
 def _moe_lines(summary: dict) -> list[str]:
-    """What routing came to, in a model with experts."""
+    """What routing came to, in a model with experts (the MoE keys come all
+    together: ``analysis.summary.moe_keys``)."""
     if "moe_routing" not in summary:
         return []
     dropped = summary["moe_dropped_fraction"]
@@ -119,6 +123,14 @@ def _moe_lines(summary: dict) -> list[str]:
             + (f"; {dropped:.1%} of token copies dropped at capacity" if dropped else ""),
             f"                 imbalance costs the last rank about "
             f"{format_time(summary['moe_imbalance_s'])} of expert kernels and all-to-alls"]
+
+
+def _moe_text(job: dict) -> str:
+    """A job's MoE keys in a few words."""
+    dropped = job["moe_dropped_fraction"]
+    return (f"experts {job['moe_routing']}, busiest rank x{job['moe_rank_imbalance']:.3f}, "
+            f"imbalance {format_time(job['moe_imbalance_s'])}"
+            + (f", {dropped:.1%} dropped" if dropped else ""))
 
 
 def _critical_line(path: dict) -> str:

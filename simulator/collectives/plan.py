@@ -52,6 +52,41 @@ def channels_for(fabric: Fabric, gpus: Sequence[str]) -> int:
     return min(len(v) for v in nics.values())
 
 
+def nics_of(fabric: Fabric, gpus: Sequence[str]) -> list[object]:
+    """The NIC each GPU's traffic leaves its server through."""
+    return [fabric.graph.nodes[g].get("nic") for g in gpus]
+
+
+def channel_runs(nodes: Sequence[int], channels: int,
+                 nics: Sequence[object] | None = None) -> list[list[list[int]]]:
+    """Each channel's run of members (indices) through each server, servers in
+    the order their members first appear.
+
+    A server's members are grouped by NIC (``nics[i]``: member i's; default a
+    NIC each), and channel c's run starts at the c-th group: it enters the server
+    through NIC c and (a ring) leaves through NIC c-1, so with one channel per NIC
+    every NIC carries one channel each way, however many GPUs share a NIC (NCCL
+    binds each channel to a NIC; rotating by member instead put two channels on
+    one NIC where two GPUs share it).
+
+    >>> channel_runs([0, 0, 0, 0, 1, 1, 1, 1], 2, ["a", "a", "b", "b", "c", "c", "d", "d"])
+    [[[0, 1, 2, 3], [4, 5, 6, 7]], [[2, 3, 0, 1], [6, 7, 4, 5]]]
+    """
+    blocks: dict[int, dict[object, list[int]]] = {}
+    for member, node in enumerate(nodes):
+        nic = member if nics is None else nics[member]
+        blocks.setdefault(node, {}).setdefault(nic, []).append(member)
+    out = []
+    for c in range(channels):
+        runs = []
+        for groups in blocks.values():
+            ordered = list(groups.values())
+            shift = c % len(ordered)
+            runs.append([m for group in ordered[shift:] + ordered[:shift] for m in group])
+        out.append(runs)
+    return out
+
+
 def nvlink_channels(fabric: Fabric, gpu: str) -> int:
     """NCCL's channels on ``gpu``: one per NVLink (its NVLink bandwidth over one
     link's), at least one."""

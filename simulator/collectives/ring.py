@@ -1,10 +1,10 @@
 """Ring algorithms (all-reduce, all-gather, reduce-scatter, broadcast, reduce).
 
 - ring: the ranks in a ring, split into one channel per NIC each server brings
-  (channel c starts each server's run at its c-th member, so channels leave a
-  server through different NICs). Per channel, every ring link carries
-  all-reduce 2(n-1)/n S/C, all-gather and reduce-scatter (n-1)/n S/C;
-  broadcast and reduce are a pipelined chain from the root carrying S/C.
+  (channel c enters each server at a member on its c-th NIC and leaves from a
+  member on its (c-1)-th, so no NIC carries two channels one way). Per
+  channel, every ring link carries all-reduce 2(n-1)/n S/C, all-gather and
+  reduce-scatter (n-1)/n S/C; broadcast and reduce are a pipelined chain from the root carrying S/C.
   Steps: 2(n-1) (all-reduce) or n-1, of which 2(N-1) or N-1 cross servers
   (at one GPU per server each at the tree's network latency, and a Simple
   all-reduce across servers at 1.4 times its latency: ``nccl``).
@@ -18,8 +18,10 @@ from simulator.base.ir import Collective
 from simulator.collectives.nccl import Algorithm
 from simulator.collectives.plan import (
     Plan,
+    channel_runs,
     channels_for,
     hop_classes,
+    nics_of,
     nvlink_channels,
 )
 from simulator.network.fabric import Fabric, Transport
@@ -31,26 +33,23 @@ RING_PASSES = {  # collective -> (ring link bytes as a fraction of S, steps fact
 }
 
 
-def ring_orders(nodes: Sequence[int], channels: int) -> list[list[int]]:
+def ring_orders(nodes: Sequence[int], channels: int,
+                nics: Sequence[object] | None = None) -> list[list[int]]:
     """Ring order (member indices) of each channel.
 
-    ``nodes[i]`` is member i's server; members stay grouped by server in the
-    order given, and channel c starts each server's run at its c-th member.
+    ``nodes[i]`` is member i's server and ``nics[i]`` its NIC (default: a NIC
+    each); members stay grouped by server in the order given, and channel c
+    starts each server's run at the first member on that server's c-th NIC
+    (``channel_runs``), so the channels enter and leave a server through
+    different NICs, as NCCL's rings do.
 
     >>> ring_orders([0, 0, 1, 1], 2)
     [[0, 1, 2, 3], [1, 0, 3, 2]]
+    >>> ring_orders([0, 0, 0, 0], 2, ["a", "a", "b", "b"])  # two GPUs per NIC
+    [[0, 1, 2, 3], [2, 3, 0, 1]]
     """
-    servers: dict[int, list[int]] = {}
-    for member, node in enumerate(nodes):
-        servers.setdefault(node, []).append(member)
-    orders = []
-    for c in range(channels):
-        order: list[int] = []
-        for members in servers.values():
-            shift = c % len(members)
-            order.extend(members[shift:] + members[:shift])
-        orders.append(order)
-    return orders
+    runs = channel_runs(nodes, channels, nics)
+    return [[m for run in channel for m in run] for channel in runs]
 
 
 def ring(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> Plan:
@@ -59,7 +58,7 @@ def ring(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> 
     channels = channels_for(fabric, gpus)
     chain = kind in (Collective.BROADCAST, Collective.REDUCE)
     hops: list[tuple[str, str]] = []
-    for order in ring_orders([fabric.node_of(g) for g in gpus], channels):
+    for order in ring_orders([fabric.node_of(g) for g in gpus], channels, nics_of(fabric, gpus)):
         links = range(n - 1) if chain else range(n)
         hops.extend((gpus[order[i]], gpus[order[(i + 1) % n]]) for i in links)
     routes, intra, inter = hop_classes(fabric, hops)

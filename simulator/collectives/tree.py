@@ -2,7 +2,8 @@
 
 - tree: all-reduce. NCCL's double binary tree over servers, each tree carrying
   half the data, with a chain through each server's GPUs (inside one server it
-  is just the chain); reduce flows go up while broadcast flows come down.
+  is just the chain), one tree pair per channel, channel c's chains headed by a
+  GPU on the server's c-th NIC; reduce flows go up while broadcast flows come down.
   Latency 2((n/N-1) intra + log2(N) inter) steps.
 """
 
@@ -16,8 +17,10 @@ from simulator.collectives.nccl import Algorithm
 from simulator.collectives.plan import (
     AlgorithmUnavailable,
     Plan,
+    channel_runs,
     channels_for,
     hop_classes,
+    nics_of,
 )
 from simulator.network.fabric import Fabric, Transport
 
@@ -57,15 +60,11 @@ def tree(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> 
     """NCCL double binary tree all-reduce across servers (chains inside them)."""
     if kind is not Collective.ALL_REDUCE:
         raise AlgorithmUnavailable(f"tree runs all_reduce only, not {kind.value}")
-    servers: dict[int, list[int]] = {}
-    for member, gpu in enumerate(gpus):
-        servers.setdefault(fabric.node_of(gpu), []).append(member)
-    heads_of = list(servers.values())
+    nodes = [fabric.node_of(g) for g in gpus]
     channels = channels_for(fabric, gpus)
     hops: list[tuple[str, str]] = []
-    for c in range(channels):
-        chains = [[gpus[m] for m in members[c % len(members):] + members[:c % len(members)]]
-                  for members in heads_of]
+    for runs in channel_runs(nodes, channels, nics_of(fabric, gpus)):
+        chains = [[gpus[m] for m in run] for run in runs]  # headed by a GPU on NIC c
         for parents in double_binary_tree(len(chains)):
             for chain in chains:  # reduce up the chain to its head, broadcast back down
                 for a, b in zip(chain[1:], chain[:-1], strict=True):
@@ -75,9 +74,10 @@ def tree(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> 
                     hops += [(chains[child][0], chains[parent][0]),
                              (chains[parent][0], chains[child][0])]
     routes, intra, inter = hop_classes(fabric, hops)
-    per_server = max(len(m) for m in heads_of)
-    depth = math.ceil(math.log2(len(servers)))
+    per_server = max(len(run) for run in chains)
+    servers = len(chains)
+    depth = math.ceil(math.log2(servers))
     return Plan(Algorithm.TREE, routes, [size / (2 * channels)] * len(routes),
                 [(intra[0], 2 * (per_server - 1), intra[1]),
                  (Transport.NET, 2 * depth, inter or 0.0)],
-                channels, len(servers) > 1)
+                channels, servers > 1)

@@ -42,11 +42,27 @@ def part(path: str, key: object, value: object) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
+MAX_FACTOR = 100.0  # a GPU that computes 100x slower than its peers has failed: a fault
+
+
 def factor(path: str, value: object, example: str) -> float:
-    """A slow-down factor (at least 1); ``example`` says what one means."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-        raise fail(path, value, f"must be a slow-down factor >= 1 ({example})")
+    """A slow-down factor in [1, MAX_FACTOR]; ``example`` says what one means."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            1 <= value <= MAX_FACTOR):
+        raise fail(path, value, f"must be a slow-down factor from 1 to {MAX_FACTOR:g} "
+                                f"({example}; a GPU slower than that has failed)")
     return float(value)
+
+
+def distinct(path: str, keys: Sequence[object], parts: Sequence[tuple[str, int]]) -> None:
+    """Refuse one part named twice (``"gpu 3"`` and ``"gpu 03"``): its factors would
+    multiply without anyone having meant it."""
+    seen: dict[tuple[str, int], object] = {}
+    for key, named in zip(keys, parts, strict=True):
+        if named in seen:
+            raise fail(f"{path}.{key}", key, f"names {named[0]} {named[1]}, as {seen[named]!r} "
+                                             "does; give each part once")
+        seen[named] = key
 
 
 def slow_parts(path: str, raw: object) -> tuple[tuple[str, int, float], ...]:
@@ -54,9 +70,10 @@ def slow_parts(path: str, raw: object) -> tuple[tuple[str, int, float], ...]:
     slow-down factors of at least 1."""
     if not isinstance(raw, Mapping):
         raise fail(path, raw, 'must be a mapping such as {"node 17": 1.3, "gpu 5": 1.1}')
-    return tuple(sorted((*part(path, key, value),
-                         factor(f"{path}.{key}", value, "1.3: its kernels take 30 % longer"))
-                        for key, value in raw.items()))
+    named = [part(path, key, value) for key, value in raw.items()]
+    distinct(path, list(raw), named)
+    return tuple(sorted((*p, factor(f"{path}.{key}", value, "1.3: its kernels take 30 % longer"))
+                        for p, (key, value) in zip(named, raw.items(), strict=True)))
 
 
 def check_parts(parts: Sequence[tuple], nodes: int, gpus: int,

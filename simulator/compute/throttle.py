@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from simulator.base.fields import ScenarioError, fail
 from simulator.base.units import UnitError, parse_time
-from simulator.compute.stragglers import factor, part
+from simulator.compute.stragglers import distinct, factor, part
 
 Schedule = tuple[tuple[float, float], ...]  # (from time in s, factor), by time
 
@@ -40,6 +40,7 @@ def parse(path: str, raw: object) -> tuple[tuple[str, int, Schedule], ...]:
     if not isinstance(raw, Mapping):
         raise fail(path, raw, f"must be a mapping of parts to schedules, such as {example}")
     parts = []
+    distinct(path, list(raw), [part(path, key, steps) for key, steps in raw.items()])
     for key, steps in raw.items():
         kind, index = part(path, key, steps)
         if not isinstance(steps, Mapping) or not steps:
@@ -55,7 +56,9 @@ def _schedule(path: str, steps: Mapping) -> Schedule:
         try:
             at = parse_time(when)
         except UnitError as error:
-            raise ScenarioError(f"{path}: the time {when!r}: {error}") from None
+            hint = (" (a --set key that holds a dot is quoted: cluster.throttle.\"gpu 5\"."
+                    "\"0.5 ms\"=2)" if isinstance(value, Mapping) else "")
+            raise ScenarioError(f"{path}: the time {when!r}: {error}{hint}") from None
         if at < 0:
             raise fail(f"{path}.{when}", when, "must be a time from the iteration's start (>= 0)")
         out.append((at, factor(f"{path}.{when}", value,

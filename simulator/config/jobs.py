@@ -55,6 +55,10 @@ def jobs_from(raw: object, machine: Machine, seed: int,
     if not isinstance(raw, dict) or not raw:
         raise fail("jobs", raw, "must be a mapping of job names to jobs (each with nodes and "
                                 "a model, training and parallelism, or kind: background)")
+    for name in raw:
+        if not str(name).strip():
+            raise fail("jobs", name, "is not a job name: a job needs a name of at least one "
+                                     "character other than spaces")
     heads = {str(name): _head(f"jobs.{name}", job) for name, job in raw.items()}
     requests = [(name, want, policy) for name, (want, policy, _) in heads.items()]
     try:

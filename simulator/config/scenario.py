@@ -19,7 +19,7 @@ from typing import Any
 
 from simulator.base.fields import ScenarioError, boolean, choice, fail, integer, section, text
 from simulator.base.fields import unknown as unknown_key
-from simulator.base.user_files import finite_numbers, read_yaml
+from simulator.base.user_files import finite_numbers, read_yaml, text_keys
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.config.cluster import Machine, machine_from
 from simulator.config.jobs import jobs_from
@@ -97,6 +97,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     if not isinstance(raw, dict):
         raise fail("scenario", raw, "must be a mapping with cluster, model, training, "
                                      "parallelism")
+    raw = text_keys(raw, "")
     allowed = {**TOP_LEVEL, **{k: None for k in SECTIONS}}
     for key in raw:
         if key not in allowed:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
-from simulator.analysis.summary import summarize
+from simulator.analysis.summary import moe_keys, summarize
 from simulator.base.ir import BG_STREAM, Program
 from simulator.compute.model import ComputeModel
 from workloads.background import PACING, background_program
@@ -101,6 +101,13 @@ def lengths(placed: Sequence[Placed]) -> Callable[[pd.DataFrame], np.ndarray]:
     return of
 
 
+def lead_notes(placed: Sequence[Placed]) -> dict:
+    """The notes the run's summary speaks for: its only training job's (beside
+    background traffic), none when several train (each job's summary has its own)."""
+    training = [p for p in placed if p.job.background is None]
+    return dict(training[0].program.notes) if len(training) == 1 else {}
+
+
 def training_ranks(placed: Sequence[Placed]) -> int:
     """How many leading ranks of the merged program train (the rest is background)."""
     return sum(p.program.ranks for p in placed if p.job.background is None)
@@ -137,6 +144,7 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
                       critical_path(own))
         time = s["iteration_time_s"]
         notes = {k: v for k, v in p.program.notes.items() if not k.startswith("_")}
+        notes.update(moe_keys(p.program.notes, own, s["critical_rank"]))
         out.append({**head, "iteration_time_s": time, "alone_s": alone.get(p.job.name, time),
                     "slowdown": time / alone.get(p.job.name, time),
                     "tokens_per_s": s["tokens_per_s"], "mfu": s["mfu"],

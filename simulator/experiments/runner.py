@@ -18,7 +18,7 @@ import pandas as pd
 
 from simulator.analysis.blame import TOP
 from simulator.analysis.critical_path import critical_path
-from simulator.analysis.summary import imbalance_cost, memory_timeline, summarize
+from simulator.analysis.summary import memory_timeline, moe_keys, summarize
 from simulator.base import footprint
 from simulator.base.ir import Program
 from simulator.compute import stragglers, throttle
@@ -327,9 +327,6 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
     summary = summarize(trained, jobs.summary_program(program, placed) if placed else program,
                         result.memory_events, gpu.peak(scenario.training.precision),
                         gpu.memory_bytes, [r for r in ranks if r < computing], path)
-    if "_moe_load_factors" in program.notes:  # (merged programs keep no notes)
-        summary["moe_imbalance_s"] = imbalance_cost(spans, summary["critical_rank"],
-                                                    *program.notes["_moe_load_factors"])
     if placed:
         summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
                                          ranks, gpu, alone or {})
@@ -352,8 +349,8 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                    host_stall_s=durations.host_stall(summary["critical_rank"]),
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
-                   **{k: v for k, v in (placed[0].program.notes if placed else program.notes
-                                        ).items() if not k.startswith("_")},  # (the first job's)
+                   **_model_keys(jobs.lead_notes(placed) if placed else program.notes,
+                                 trained, summary["critical_rank"]),
                    **stragglers.summary(speed), **throttle.summary(throttled),
                    **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
                    events=slowdown.events,
@@ -364,6 +361,14 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                      nodes, memory, {"stage": stages, "stage_of": program.stage,
                                      "critical_path": path},
                      (program.groups, fabric, lowering), folded)
+
+
+def _model_keys(notes: dict, spans: pd.DataFrame, rank: int) -> dict:
+    """The summary keys of the model's program (micro-batches, parameters,
+    buckets, hardware FLOPs) and its MoE keys, all together (none of a run of
+    several training jobs: each job's summary has its own)."""
+    return {**{k: v for k, v in notes.items() if not k.startswith("_")},
+            **moe_keys(notes, spans, rank)}
 
 
 def _comms(log: CallLog) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.base.user_files import yaml_value
-from simulator.config.overrides import set_key
+from simulator.config.overrides import set_key, split_assignment
 from simulator.config.scenario import ScenarioError
 
 
@@ -69,9 +69,13 @@ def split_values(text: str, where: str = "value") -> list[Any]:
 
 def parse_axis(text: str, option: str) -> tuple[str, list[Any]]:
     """``key=v1,v2,...`` from the command line."""
-    key, sep, values = text.partition("=")
-    if not sep or not key.strip() or not values.strip():
-        raise SweepError(f"{option}: {text!r} must look like key.path=value1,value2,...")
+    try:
+        key, values = split_assignment(text, option)
+    except ScenarioError:
+        key, values = "", ""
+    if not key.strip() or not values.strip():
+        raise SweepError(f"{option}: {text!r} must look like key.path=value1,value2,... (quote "
+                         "a key that holds a dot: a.\"b.c\"=1,2)")
     return key.strip(), split_values(values, f"{option} {key.strip()}")
 
 

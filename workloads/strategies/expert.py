@@ -26,6 +26,8 @@ reduce-scatter of the outputs (``exchange``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.base.ir import Collective
 from workloads import kernels as K
 from workloads.layout import Layout
@@ -155,10 +157,11 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
 
 
 def load_factors(ctx: Context) -> tuple[dict, dict]:
-    """(expert kernels', token exchanges') load factors per MoE layer and
-    micro-batch, over the balanced share: what ``exchange`` and the program scale
-    by (the allgather dispatcher's exchanges are the group's whole tensor, 1)."""
-    r = ctx.routing
+    """(expert kernels', token exchanges') factors per MoE layer and micro-batch
+    of the busiest rank's load over the mean rank's kept load (at least 1): what
+    imbalance costs (``analysis.summary.imbalance_cost``; the allgather
+    dispatcher's exchanges are the group's whole tensor whatever the loads, 1)."""
+    scale, exchange = ctx.routing.over_mean()
     if ctx.parallel.moe_token_dispatcher_type == "allgather":
-        return r.scale, {layer: [1.0] * len(f) for layer, f in r.exchange.items()}
-    return r.scale, r.exchange
+        return scale, {layer: np.ones(len(f)) for layer, f in exchange.items()}
+    return scale, exchange
