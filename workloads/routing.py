@@ -24,14 +24,14 @@ dropless.
 
 What the program uses: each expert-parallel rank's load is the sum over its
 local experts. The combine all-to-all makes every member of an EP group wait
-for the most loaded one, so a stage's program runs each MoE layer's experts
-at that rank's load (``scale``: its copies over the balanced share) and sizes
-its all-to-alls by the larger of what a rank sends (the mean rank's kept
-copies) and what the most loaded receives (``exchange``). Every EP group of a
-stage sees the same draw (the router's statistics are modelled, not its
-tokens), so the ranks of a stage keep one program; the iteration time is exact for the draw, and every rank's
-expert kernels show the most loaded rank's time (the others would compute
-less and wait at the combine).
+for the most loaded one, so a stage's program runs each MoE layer's experts at
+that rank's load (``scale``: its copies over the balanced share) and sizes its
+all-to-alls by the larger of what a rank sends (the mean rank's kept copies)
+and what the most loaded receives (``exchange``). Every EP group of a stage
+sees the same draw (the router's statistics are modelled, not its tokens), so
+the ranks of a stage keep one program; the iteration time is exact for the
+draw, and every rank's expert kernels show the most loaded rank's time (the
+others would compute less and wait at the combine).
 """
 
 from __future__ import annotations
