@@ -196,3 +196,88 @@ def test_a_gpus_failed_link_to_its_nic_moves_it_to_another_nic():
     with pytest.raises(ScenarioError, match="its link to its NIC n0.nic0 failed and server 0 "
                                             "has no other NIC"):
         from_dict(lone)
+
+
+# 8. background traffic that cannot be simulated ----------------------------------------
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"message": "1 B"}, "message: '1 B' at 10 GB/s is a message every 0.1 ns"),
+    ({"rate": "1000 TB/s"}, "is a message every 4.19 ns"),
+    ({"servers": 1}, "servers: 1 is a key of storage traffic"),
+    ({"direction": "read"}, "direction: 'read' is a key of storage traffic"),
+])
+def test_background_traffic_that_cannot_be_simulated_is_refused(edit, message):
+    background = {"nodes": 1, "kind": "background", "traffic": "all_to_all", "rate": "10 GB/s",
+                  **edit}
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(")):
+        from_dict(jobs_scenario({"a": job(TINY_MODEL), "bg": background}))
+
+
+def test_too_many_background_messages_are_refused_before_they_are_built():
+    from simulator.base import footprint
+    with pytest.raises(ScenarioError, match=r"jobs.bg.message: 4,000,000 messages per GPU"):
+        footprint.check_ops(8_000_000, "jobs.bg.message", "4,000,000 messages per GPU over "
+                            "4 ms", "give a larger message", memory=2**30)
+
+
+# 10. clustersim collective and faults -----------------------------------------------------
+
+def test_collective_names_its_faults_and_refuses_a_fault_in_time(capsys):
+    args = ["collective", "--cluster", "dgx-a100", "--nodes", "2", "-b", "1M", "-e", "1M"]
+    assert main([*args, "--set", "fabric.faults=[{nic: n0.nic0, down: true}]"]) == 0
+    assert "# fault: nic n0.nic0 down" in capsys.readouterr().out
+    err = one_error(capsys, main([*args, "--set",
+                                  'fabric.faults=[{nic: n0.nic0, down: true, at: "1 ms"}]']))
+    assert "a fault applies from the start or not at all: drop its at:" in err
+
+
+# 12. keys that need experts, and experts that need a MoE layer ------------------------------
+
+@pytest.mark.parametrize(("model", "parallelism", "message"), [
+    ({"top_k": 2}, {}, "model.top_k: 2 needs a model with experts"),
+    ({"capacity_factor": 1.0}, {}, "model.capacity_factor: 1.0 needs a model with experts"),
+    ({}, {"moe_token_dispatcher_type": "flex"},
+     "parallelism.moe_token_dispatcher_type: 'flex' needs a model with experts"),
+    ({"experts": 8, "first_dense_layers": 2}, {},
+     "first_dense_layers: 2 with moe_layer_freq 1 leaves no MoE layer"),
+])
+def test_expert_keys_need_experts(model, parallelism, message):
+    raw = {"name": "m", "cluster": {"preset": "dgx-h100", "nodes": 1},
+           "model": {**TINY_MODEL, **model}, "training": dict(TRAIN),
+           "parallelism": {"dp": 8, **parallelism}}
+    with pytest.raises(ScenarioError, match=message):
+        from_dict(raw)
+
+
+def test_a_routing_histogram_has_one_row_or_one_per_moe_layer(tmp_path):
+    model = {**MOE_MODEL, "layers": 4, "routing": "histogram"}
+    raw = {"name": "m", "cluster": {"preset": "dgx-h100", "nodes": 1}, "model": model,
+           "training": dict(TRAIN), "parallelism": {"dp": 8, "ep": 8}}
+    for rows, good in ((1, True), (4, True), (3, False)):
+        (tmp_path / "h.csv").write_text("\n".join(["1,2,3,4,5,6,7,8"] * rows) + "\n")
+        model["routing_histogram"] = "h.csv"
+        if good:
+            from_dict(raw, base_dir=tmp_path)
+        else:
+            with pytest.raises(ScenarioError, match="holds 3 rows; give one row for every MoE "
+                                                    r"layer or one per MoE layer \(4\)"):
+                from_dict(raw, base_dir=tmp_path)
+
+
+# 18. the search says what its estimates leave out ------------------------------------------
+
+def test_the_search_estimate_counts_the_slowest_gpu_and_names_what_it_leaves_out():
+    from simulator.experiments.estimate import Estimator, unmodelled
+    raw = {"name": "s", "cluster": {"preset": "dgx-a100", "nodes": 1},
+           "model": TINY_MODEL, "training": dict(TRAIN), "parallelism": {"dp": 8}}
+    healthy = from_dict(copy.deepcopy(raw))
+    slow = copy.deepcopy(raw)
+    slow["cluster"]["slow"] = {"gpu 5": 2.0}
+    slowed = from_dict(slow)
+    assert Estimator(slowed).slowest == 2.0 and Estimator(healthy).slowest == 1.0
+    assert Estimator(slowed).estimate(slowed).seconds > Estimator(healthy).estimate(
+        healthy).seconds
+    throttled = copy.deepcopy(raw)
+    throttled["cluster"]["throttle"] = {"gpu 1": {"1 ms": 2}}
+    assert unmodelled(from_dict(throttled)) == ["cluster.throttle"]
+    assert unmodelled(healthy) == []

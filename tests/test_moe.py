@@ -76,7 +76,7 @@ def test_expert_groups_partition_a_stages_ranks():
     (dict(tp=2, dp=8, ep=2), {}, "parallelism.sequence_parallel must be true"),
     (dict(etp=3, ep=1, dp=16), {}, r"model.expert_ffn_hidden \(128\) must be divisible by "
                                     r"parallelism.etp \(3\)"),
-    (dict(ep=2, dp=16), {"experts": 0}, r"parallelism.ep \(2\) and etp \(1\) need a model"),
+    (dict(ep=2, dp=16), {"experts": 0}, r"model.top_k: 2 needs a model with experts"),
     (dict(ep=4, dp=16, fsdp={"sharding": "hybrid_shard"}), {},
      "parallelism.fsdp.sharding: hybrid_shard is not modelled with experts"),
     (dict(ep=4, dp=16, fsdp={"no_sync": True}), {},
@@ -144,8 +144,11 @@ def test_moe_runs_by_symmetry_equal_a_full_simulation(parallelism):
 
 def test_a_dense_model_keeps_its_program():
     """No expert keys: the same ops as before experts existed (no ep group)."""
-    raw = scenario(dp=16, ep=1)
-    raw["model"]["experts"] = 0
+    from simulator.config.model import MOE_ONLY
+    raw = scenario(dp=16)
+    raw["parallelism"].pop("ep")
+    raw["model"] = {k: v for k, v in raw["model"].items()
+                    if k not in (*MOE_ONLY, "experts", "expert_ffn_hidden")}
     s = from_dict(raw)
     program = build_program(s.model, s.training, s.parallel)
     assert "ep" not in program.groups and "edp" not in program.groups

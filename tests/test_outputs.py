@@ -355,8 +355,10 @@ def test_a_large_run_draws_its_figures_alongside_and_writes_the_same_files(tmp_p
             (tmp_path / "alongside" / name).read_bytes(), name
     monkeypatch.setattr(type(result), "memory_plot", lambda self, path: 1 / 0)
     with pytest.raises(alongside.BackgroundError, match="ZeroDivisionError"):
-        run_dir.write(result, tmp_path / "broken")
-    assert (tmp_path / "broken" / "summary.json").exists()  # the tables were written
+        run_dir.write(result, tmp_path / "alone")
+    # the run that was there stays, whole; the failed write left nothing beside it
+    assert run_dir.read(tmp_path / "alone").summary == result.summary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone", "alongside"]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,

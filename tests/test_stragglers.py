@@ -77,7 +77,7 @@ def test_the_speed_spread_is_seeded_per_gpu():
 
 @pytest.mark.parametrize(("cluster", "match"), [
     ({"slow": {"rack 3": 1.2}}, r'cluster.slow.rack 3.*allowed keys are "node N" and "gpu N"'),
-    ({"slow": {"gpu 3": 0.5}}, r"cluster.slow.gpu 3.*slow-down factor >= 1"),
+    ({"slow": {"gpu 3": 0.5}}, r"cluster.slow.gpu 3.*slow-down factor from 1 to 100"),
     ({"slow": {"node 2": 1.2}}, r"cluster.slow.node 2.*it has 2 nodes \(0 to 1\)"),
     ({"slow": [1.2]}, r"cluster.slow.*must be a mapping"),
     ({"gpu_speed_spread": -0.1}, r"cluster.gpu_speed_spread"),

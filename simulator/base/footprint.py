@@ -68,6 +68,13 @@ def check_run(program: Program, simulated: list[int] | None, memory: int | None 
                  "approximate to run one rank per class)")
 
 
+def check_ops(ops: int, field: str, what: str, advice: str, memory: int | None = None
+              ) -> None:
+    """Refuse, before they are built, ``ops`` ops that could not fit in memory."""
+    _refuse_over(ops * BYTES_PER_OP, memory, field, None, f"{what} (at least {ops:,} ops)",
+                 advice)
+
+
 def _refuse_over(need: int, memory: int | None, field: str, value: object, what: str,
                  advice: str) -> None:
     memory = machine_memory() if memory is None else memory

@@ -11,6 +11,7 @@ one silently, so a second ``parallelism:`` section would replace the first).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 import yaml
 
 from simulator.base.fields import ScenarioError
+
+MAX_NAME = 100  # characters of a scenario name kept in a file name
 
 
 def user_path(written: str | Path, base_dir: Path | None) -> Path:
@@ -147,14 +150,20 @@ def text_keys(value: Any, where: str) -> Any:
 
 
 def file_name(name: str) -> str:
-    """``name`` as one safe path component: characters other than letters, digits,
-    ``.``, ``_``, ``-`` and ``+`` become ``_``, and leading dots are dropped, so a
-    scenario named ``../../x`` writes inside ``runs/``, never beside it.
+    """``name`` as one safe path component, one name to one component: letters
+    (any script), digits, ``.``, ``_``, ``-`` and ``+`` are kept; anything else
+    becomes ``_`` and leading dots are dropped, so a scenario named ``../../x``
+    writes inside ``runs/``, never beside it; a name changed so (or cut to
+    MAX_NAME characters) gets a short hash of itself, so two names never share
+    a run directory.
 
+    >>> file_name("gpt3-1.3b-dp64"), file_name("实验")
+    ('gpt3-1.3b-dp64', '实验')
     >>> file_name("../../../tmp/x")
-    '_.._.._tmp_x'
-    >>> file_name("gpt3 175b/tp8")
-    'gpt3_175b_tp8'
+    '_.._.._tmp_x-9d31971d'
     """
-    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", name).lstrip(".")
-    return safe or "scenario"
+    safe = re.sub(r"[^\w.+-]", "_", name).lstrip(".")
+    if safe == name and len(safe) <= MAX_NAME:
+        return safe
+    tag = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{safe[:MAX_NAME] or 'scenario'}-{tag}"

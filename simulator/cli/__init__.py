@@ -16,14 +16,18 @@
     clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
 
-Exit codes: 0 success, 1 simulation failure, 2 bad input (one line on stderr),
-3 internal error (a bug: one line on stderr, the traceback saved to a file).
+Exit codes: 0 success; 1 the simulation or its outputs failed (a deadlock the
+scenario implies, a failed sweep case, a disk full or a file too large while
+writing, memory exhausted); 2 bad input (one line on stderr); 3 internal error
+(a bug: one line on stderr, the traceback saved to a file); 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM): partial outputs removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -48,7 +52,7 @@ from simulator.collectives.tuner import CollectiveError
 from simulator.config.scenario import ScenarioError
 from simulator.engine.records import SimulationError
 from simulator.network.fabric import FabricError
-from simulator.outputs.run_dir import RunDirError
+from simulator.outputs.out_dirs import OutputError, RunDirError
 
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
@@ -66,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (``kill PID``): unwound like Ctrl-C, so partial outputs are removed."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -79,6 +87,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `clustersim presets | head`: the reader left
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except OutputError as error:
+        print(f"output failed: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the system refused a file or a resource: not a bug
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"failed: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print("failed: out of memory (the run needs more than this machine has free; try "
+              "fewer ranks, a shorter run, or simulation.symmetry auto)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted (partial outputs removed)", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("terminated (partial outputs removed)", file=sys.stderr)
+        return 143
     except Exception as error:  # noqa: BLE001 - a bug: one line, the details kept in a file
         where = _save_traceback(getattr(args, "crash_dir", None))
         print(f"internal error: {type(error).__name__}: {error} (a clustersim bug; please "
@@ -106,7 +131,11 @@ def _save_traceback(folder: str | None) -> str:
 def console() -> None:
     """The ``clustersim`` command: ``main``, then leave at once (a large run's
     millions of objects take a second to free one by one, for nothing: the
-    process is ending; its files are closed and its output flushed first)."""
+    process is ending; its files are closed and its output flushed first).
+    SIGTERM unwinds like Ctrl-C (exit 143), so what it was writing is removed."""
+    def terminate(_signum, _frame):
+        raise Terminated()
+    signal.signal(signal.SIGTERM, terminate)
     code = main()
     try:
         sys.stdout.flush()

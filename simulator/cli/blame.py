@@ -13,6 +13,7 @@ import argparse
 
 from simulator.base.units import format_time
 from simulator.cli import options
+from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
 from simulator.outputs.style import FORMATS
 
@@ -31,6 +32,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from simulator.analysis.blame import last_arrivals, ranks_to_blame
 
+    if args.top < 1:
+        raise ScenarioError(f"--top: {args.top} must be at least 1")
     finished = run_dir.read(args.run_dir)
     out = options.figure(args.out or finished.path / f"links.{args.format}", "--out")
     summary = finished.summary
@@ -44,10 +47,10 @@ def run(args: argparse.Namespace) -> int:
     print("slowest rank per collective call (the last to arrive; the others waited for it):")
     if late.empty:
         print("  none: every call's members arrived together")
-    for row in late.head(max(1, args.top)).itertuples(index=False):
+    for row in late.head(args.top).itertuples(index=False):
         print(f"  rank {int(row.rank):<6} last at {int(row.calls_last):,} call(s); its peers "
               f"waited {format_time(row.caused_wait_s)} in all")
-    drawn = _heat_map(finished, out, max(1, args.top) * 3)
+    drawn = _heat_map(finished, out, args.top * 3)
     print(f"link utilisation over time: {drawn}")
     return 0
 
@@ -70,7 +73,7 @@ def cause_lines(summary: dict) -> list[str]:
 
 def _heat_map(finished, out, top: int) -> str:
     """Draw the heat map; what was drawn, or why not."""
-    from simulator.config.scenario import ScenarioError, from_dict
+    from simulator.config.scenario import from_dict
     from simulator.experiments import jobs
     from simulator.experiments.blame import rebuild, utilisation
     from simulator.outputs.link_heatmap import plot_link_heatmap

@@ -67,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
     sets = [a if a.startswith("cluster.") else f"cluster.{a}" for a in args.set]
     raw = apply_overrides({"cluster": {"preset": args.cluster, "nodes": args.nodes}}, sets)
     machine = machine_from(raw["cluster"])
+    if machine.changes:  # faults that start during an iteration: there is none here
+        raise ScenarioError(f"cluster.fabric.faults: a fault with at: "
+                            f"{machine.changes[0][0] * 1e3:g} ms; clustersim collective times "
+                            "each size alone on one state of the fabric, so a fault applies "
+                            "from the start or not at all: drop its at:")
     algorithm, protocol, _ = network_from({"algorithm": args.algorithm,
                                            "protocol": args.protocol}, machine)
     try:
@@ -93,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                                           bar.update)
     header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
               f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.name})",
-              f"algorithm {args.algorithm}, protocol {args.protocol}"]
+              f"algorithm {args.algorithm}, protocol {args.protocol}",
+              *(f"fault: {f}" for f in graph.graph.get("faults", ()))]
     print(nccl_tests.format_table(rows, header))
     print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
           f"{sum(r.events for r in rows):,} events")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli import options
+from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
 
 
@@ -39,6 +40,11 @@ def run(args: argparse.Namespace) -> int:
     total = max(len(a.placement), len(b.placement))
     out = options.figure(args.out or b.path / "compare.png", "--out")
     ranks = options.ranks_option(args.ranks, total)
+    for finished in (a, b):  # drawn in both: each must have them
+        missing = [r for r in ranks or () if r >= len(finished.placement)]
+        if missing:
+            raise ScenarioError(f"--ranks: rank {missing[0]} is not in {finished.path} (its "
+                                f"ranks are 0 to {len(finished.placement) - 1})")
     # a folded run: the ranks asked for expanded from their classes, else a row per class
     spans = [r.spans_of(ranks) if ranks else r.spans for r in (a, b)]
     classes = (None, None) if ranks else (a.classes(), b.classes())

@@ -17,10 +17,11 @@ from simulator.outputs.style import FORMATS
 
 
 def time_option(text: str | None, name: str) -> float | None:
+    """A time with its unit (``"120 ms"``); a bare number is never guessed."""
     if text is None:
         return None
     try:
-        return float(text) if text.replace(".", "", 1).isdigit() else parse_time(text)
+        return parse_time(text)
     except UnitError as error:
         raise ScenarioError(f"{name}: {error}") from None
 
@@ -37,27 +38,37 @@ def figure(path: str | Path, option: str) -> Path:
 def output_dir(path: str | Path, option: str) -> Path:
     """A folder to write into: made if missing, and writable, or a one-line error."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ScenarioError(f"{option}: {path} is a file, not a folder")
     try:
+        if path.exists() and not path.is_dir():
+            raise ScenarioError(f"{option}: {path} is a file, not a folder")
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ScenarioError(f"{option}: cannot create the folder {path} "
+        raise ScenarioError(f"{option}: cannot create the folder {_short(path)} "
                             f"({error.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ScenarioError(f"{option}: the folder {path} is not writable")
     return path
 
 
+def _short(path: Path) -> str:
+    """A path for a message: a very long one cut in the middle."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:100]}...{text[-60:]} ({len(text):,} characters)"
+
+
 def output_file(path: str | Path, option: str) -> Path:
     """A file to write: its folder made if missing; the file writable, or a
     one-line error."""
     path = Path(path)
-    if path.is_dir():
-        raise ScenarioError(f"{option}: {path} is a folder; give a file name")
-    output_dir(path.parent, option)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ScenarioError(f"{option}: {path} is not writable")
+    try:
+        if path.is_dir():
+            raise ScenarioError(f"{option}: {path} is a folder; give a file name")
+        output_dir(path.parent, option)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ScenarioError(f"{option}: {path} is not writable")
+    except OSError as error:
+        raise ScenarioError(f"{option}: cannot write {_short(path)} ({error.strerror})"
+                            ) from None
     return path
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from simulator.base.units import format_bytes, format_time
 from simulator.base.user_files import file_name
 from simulator.cli import options
 from simulator.config.scenario import load
-from simulator.outputs import run_dir
+from simulator.outputs import out_dirs, run_dir
+from simulator.outputs.out_dirs import OutputError
 from simulator.outputs.style import FORMATS
 
 
@@ -150,13 +152,26 @@ def run(args: argparse.Namespace) -> int:
 
     started = _STARTS.pop() if _STARTS else time.perf_counter()
     scenario = load(args.scenario, args.set)
-    out = options.output_dir(args.out or Path("runs") / file_name(scenario.name),
-                             "--out" if args.out else "name (the default --out runs/NAME)")
+    option = "--out" if args.out else "name (the default --out runs/NAME)"
+    out = options.output_dir(args.out or Path("runs") / file_name(scenario.name), option)
+    held = out_dirs.replaceable(out, option)
     args.crash_dir = str(out)  # an internal error's traceback goes here
-    result = simulate(scenario)
-    run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
-    if args.json:
-        print(json.dumps(result.summary, indent=2))
-    else:
-        print(_human(result.summary, out, time.perf_counter() - started))
+    with out_dirs.exclusive(out, option):  # a second run into out is refused meanwhile
+        result = simulate(scenario)
+        try:
+            run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
+        except OutputError:  # the results are not lost: they go to the terminal
+            _print(args, result.summary, out, started)
+            raise
+    if held not in (None, scenario.name):
+        print(f"note: {out} held a run of the scenario {held!r}; it now holds this one",
+              file=sys.stderr)
+    _print(args, result.summary, out, started)
     return 0
+
+
+def _print(args, summary: dict, out: Path, started: float) -> None:
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(_human(summary, out, time.perf_counter() - started))

@@ -8,8 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from simulator.base.user_files import read_yaml
+from simulator.base.user_files import file_name, read_yaml
+from simulator.cli import options
 from simulator.config.scenario import ScenarioError
+from simulator.outputs import out_dirs
 
 FLAGS = {  # dimension -> (flag, value type, help)
     "tp": ("--tp", int, "tensor-parallel sizes, e.g. 1,2,4,8"),
@@ -62,9 +64,10 @@ def space_from(args: argparse.Namespace, world: int, layers: int, heads: int,
         if not isinstance(raw, dict):
             raise ScenarioError(f"--space: {args.space} must map dimensions to value lists")
         space = {k: (v if isinstance(v, list) else [v]) for k, v in raw.items()}
+    most = {"tp": world, "pp": world, "cp": world, "mbs": batch, "virtual_stages": layers}
     for dim, text in flags.items():
         flag, kind, _ = FLAGS[dim]
-        space[dim] = L.parse_values(text, flag, kind)
+        space[dim] = L.parse_values(text, flag, kind, most.get(dim))
     return space
 
 
@@ -86,8 +89,6 @@ class _Bar:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.config.scenario import machine_from, model_from, read_raw, training_from
-    from simulator.experiments import search, search_best
-    from simulator.outputs import run_dir, search_plot
 
     if args.top < 1 or args.workers < 1:
         raise ScenarioError(f"--top {args.top} and --workers {args.workers} must be at least 1")
@@ -103,9 +104,27 @@ def run(args: argparse.Namespace) -> int:
     space = space_from(args, machine.gpus, model.layers, model.heads,
                        machine.gpus // max(1, machine.nodes), training.global_batch)
     name = str(base.get("name") or Path(args.scenario).stem)
-    out = Path(args.out or Path("runs") / f"{name}-search")
+    out = options.output_dir(args.out or Path("runs") / f"{file_name(name)}-search", "--out")
+    with out_dirs.exclusive(out, "--out"):  # a second search into out is refused
+        return _search(args, base, base_dir, machine, space, name, out)
+
+
+def _search(args, base: dict, base_dir: Path, machine, space: dict, name: str,
+            out: Path) -> int:
+    """The search into ``out`` (held by this command), its table, figure, best
+    layout's scenario and run, and the comparison with the runner-up."""
+    from simulator.config.scenario import from_dict, resolved
+    from simulator.experiments import search, search_best
+    from simulator.experiments.estimate import unmodelled
+    from simulator.outputs import run_dir, search_plot
+
     table, refused = search.run_search(args.scenario, space, out, args.top, args.workers,
                                        args.dask, _Bar)
+    left_out = unmodelled(from_dict(search.layout_of(table.iloc[0]).scenario(
+        search._searchable(base)), base_dir=base_dir))
+    if left_out:
+        print(f"note: the first pass's estimates leave out {' and '.join(left_out)}; the "
+              "simulated layouts include them", file=sys.stderr)
     capacity = machine.gpu.memory_bytes / 2**30
     _print_table(table, refused, args.show)
     sim = table[table["status"] == "simulated"]
@@ -114,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     search_plot.plot(table, capacity, out / "search.png", f"{name}: {machine.gpus} GPUs")
     best = search.layout_of(sim.iloc[0])
-    scenario = search_best.scenario_of(search._searchable(base), best, f"{name}-best")
+    scenario = search_best.scenario_of(resolved(search._searchable(base), base_dir), best,
+                                       f"{name}-best")  # (its files' paths made absolute)
     scenario_path = search_best.write_scenario(scenario, out / "best.yaml")
     result = search_best.run_layout(search._searchable(base), best, base_dir, f"{name}-best")
     run_dir.write(result, out / "best")

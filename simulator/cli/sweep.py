@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from simulator.base.user_files import read_yaml
+from simulator.cli import options
 from simulator.config.scenario import ScenarioError
+from simulator.outputs import out_dirs
 
 
 def add_parser(sub) -> None:
@@ -68,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
     base, grid, zipped = _design(args)
     if args.workers < 1:
         raise ScenarioError(f"--workers: {args.workers} must be at least 1")
+    out = options.output_dir(args.out, "--out")
     try:
-        results, invalid = sweep.sweep(base, grid, zipped, args.out, args.workers, args.dask,
-                                       args.retry_failed, _Bar)
+        with out_dirs.exclusive(out, "--out"):  # a second sweep into out is refused
+            results, invalid = sweep.sweep(base, grid, zipped, out, args.workers, args.dask,
+                                           args.retry_failed, _Bar)
     except KeyboardInterrupt:
         print(f"interrupted: the finished cases are in {args.out}/results.csv; run the same "
               "command again to resume", file=sys.stderr)

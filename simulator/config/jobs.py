@@ -37,6 +37,8 @@ from workloads.background import TRAFFIC, BackgroundSpec
 from workloads.jobs import JobSpec
 
 TRAINING_KEYS = ("model", "training", "parallelism")
+MIN_PERIOD = 1e-6  # s between a background GPU's messages, at least: NCCL's per-call
+# latency is several microseconds, so closer messages only queue
 PLACEMENT = {"nodes": (lambda path, v: v, REQUIRED), "placement": (choice(POLICIES), None),
              "kind": (choice(["training", "background"]), "training")}
 BACKGROUND = {
@@ -103,11 +105,21 @@ def _head(path: str, job: object) -> tuple[int | tuple[int, ...], str, str]:
 
 
 def _background(body: dict[str, Any], nodes: int) -> BackgroundSpec:
+    for key in ("servers", "direction"):
+        if body.get("traffic") == "all_to_all" and key in body:
+            raise fail(key, body[key], "is a key of storage traffic (traffic: storage), not "
+                                       "of an all-to-all")
     values = section("", body, BACKGROUND)
     if values["traffic"] == "storage" and values["servers"] >= nodes:
         raise fail("servers", values["servers"], f"must leave client nodes among the job's "
                                                  f"{nodes} node(s)")
-    return BackgroundSpec(**values)
+    spec = BackgroundSpec(**values)
+    if spec.period < MIN_PERIOD:
+        raise fail("message", body.get("message", "4 MiB"),
+                   f"at {body['rate']} is a message every {spec.period * 1e9:.3g} ns; a run "
+                   f"simulates each message, and ones closer than {MIN_PERIOD * 1e6:g} us "
+                   "queue behind each call's latency: give a larger message or a lower rate")
+    return spec
 
 
 def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: Machine,
@@ -120,5 +132,5 @@ def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: 
     training = training_from(body.get("training"), machine.gpu)
     model = model_from(body.get("model"), base_dir)
     parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node)
-    check_layout(model, training, parallel)
+    check_layout(model, training, parallel, body.get("parallelism"))
     return JobSpec(name, nodes, model, training, parallel)

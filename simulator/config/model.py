@@ -51,6 +51,7 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
         base["kv_heads"] = inline["heads"]  # multi-head attention stays multi-head
     base.update(inline)
     base["mlp"] = Mlp(base.get("mlp", Mlp.GELU))
+    _experts(base, inline, values["routing_histogram"])
     _histogram(base, values["routing_histogram"], base_dir)
     if base.get("head_size") is None and base["hidden"] % base["heads"]:
         raise fail("model.heads", base["heads"], f"must divide model.hidden ({base['hidden']}), "
@@ -61,6 +62,27 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
         raise fail("model.kv_heads", base["kv_heads"],
                    f"must divide model.heads ({base['heads']}){given}")
     return ModelSpec(**base)
+
+
+MOE_ONLY = ("top_k", "expert_ffn_hidden", "shared_experts", "moe_layer_freq",
+            "first_dense_layers", "capacity_factor", "router", "routing", "routing_skew")
+
+
+def _experts(base: dict[str, Any], inline: dict[str, Any], histogram: str | None) -> None:
+    """A router's keys need routed experts, and routed experts need a MoE layer."""
+    if not base.get("experts"):
+        given = [k for k in MOE_ONLY if k in inline] + (["routing_histogram"] if histogram
+                                                         else [])
+        if given:
+            raise fail(f"model.{given[0]}", inline.get(given[0], histogram),
+                       "needs a model with experts (model.experts > 0): a dense model has "
+                       "no router")
+        return
+    spec = ModelSpec(**{**base, "routing_weights": None})
+    if not any(spec.is_moe_layer(n) for n in range(spec.layers)):
+        raise fail("model.first_dense_layers", spec.first_dense_layers,
+                   f"with moe_layer_freq {spec.moe_layer_freq} leaves no MoE layer among the "
+                   f"{spec.layers} layers; give experts: 0 for a dense model")
 
 
 def _histogram(base: dict[str, Any], written: str | None, base_dir: Path | None) -> None:
@@ -94,6 +116,11 @@ def _histogram(base: dict[str, Any], written: str | None, base_dir: Path | None)
         rows.append(row)
     if not rows:
         raise fail("model.routing_histogram", written, "holds no row of weights")
+    spec = ModelSpec(**{**base, "routing_weights": None})
+    layers = sum(spec.is_moe_layer(n) for n in range(spec.layers))
+    if len(rows) not in (1, layers):
+        raise fail("model.routing_histogram", written, f"holds {len(rows)} rows; give one row "
+                   f"for every MoE layer or one per MoE layer ({layers})")
     base["routing_weights"] = tuple(rows)
 
 

@@ -12,6 +12,8 @@ scenario has been checked.
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 from simulator.base.fields import ScenarioError, boolean, choice, fail, integer, section, text
 from simulator.base.fields import unknown as unknown_key
-from simulator.base.user_files import finite_numbers, read_yaml, text_keys
+from simulator.base.user_files import finite_numbers, read_yaml, text_keys, user_path
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.config.cluster import Machine, machine_from
 from simulator.config.jobs import jobs_from
@@ -33,7 +35,7 @@ from workloads.models import ModelSpec
 from workloads.training import ParallelSpec, TrainingSpec
 
 __all__ = ["Machine", "Scenario", "ScenarioError", "apply_overrides", "from_dict", "load",
-           "machine_from", "network_from", "read_raw"]
+           "machine_from", "network_from", "read_raw", "resolved"]
 
 TOP_LEVEL = {"name": (text, "scenario"), "seed": (integer(0), 0)}
 SIMULATION = {
@@ -115,7 +117,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         model = model_from(raw.get("model"), base_dir)
         parallel = parallel_from(raw.get("parallelism"), machine.gpus,
                                  machine.gpus // max(1, machine.nodes))
-        check_layout(model, training, parallel)
+        check_layout(model, training, parallel, raw.get("parallelism"))
     sim = section("simulation", raw.get("simulation"), SIMULATION)
     fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]
     for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
@@ -137,10 +139,37 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     return Scenario(
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
-        algorithm=algorithm, protocol=protocol, step_model=step_model, source=raw,
+        algorithm=algorithm, protocol=protocol, step_model=step_model,
+        source=resolved(raw, base_dir),
         fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
         symmetry=sim["symmetry"], jitter=sim["jitter"],
         contention_passes=sim["contention_passes"], jobs=jobs)
+
+
+# keys that name a file, relative to the scenario's folder (a job's model keys too)
+FILE_KEYS = (("cluster", "fabric", "path"), ("cluster", "calibration"),
+             ("cluster", "kernel_table"), ("model", "hf_config"), ("model", "routing_histogram"))
+NOT_FILES = ("none",)  # kernel_table: none (the roofline alone)
+
+
+def resolved(raw: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """``raw`` with every file it names as an absolute path (a relative one taken
+    from ``base_dir``, the scenario file's folder): a scenario written elsewhere
+    (a run directory's ``scenario.yaml``, the search's ``best.yaml``) still
+    finds its files."""
+    out = copy.deepcopy(dict(raw))
+    if base_dir is None:
+        return out
+    trees = [out, *(j for j in (out.get("jobs") or {}).values() if isinstance(j, dict))]
+    for tree in trees:
+        for keys in FILE_KEYS:
+            node = tree
+            for key in keys[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            value = node.get(keys[-1]) if isinstance(node, dict) else None
+            if isinstance(value, str) and value.strip().lower() not in NOT_FILES:
+                node[keys[-1]] = os.path.abspath(user_path(value, base_dir))
+    return out
 
 
 def _jobs(raw: dict, machine: Machine, seed: int, base_dir: Path | None) -> tuple:

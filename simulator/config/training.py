@@ -52,9 +52,18 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
     return ParallelSpec(**{**p, "dp": dp}, ranks_per_node=ranks_per_node)
 
 
-def check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
+EXPERT_KEYS = ("ep", "etp", "moe_token_dispatcher_type")  # parallelism keys of MoE layers
+
+
+def check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,
+                 raw_parallel: object = None) -> None:
     """The layout's own rules (``workloads.program.check``), after refusing one too
-    large to build at all (checking it builds its pipeline schedule)."""
+    large to build at all (checking it builds its pipeline schedule); an expert
+    key given (``raw_parallel``: the section as written) needs experts."""
+    given = [k for k in EXPERT_KEYS if isinstance(raw_parallel, dict) and k in raw_parallel]
+    if given and model.experts == 0:
+        raise fail(f"parallelism.{given[0]}", raw_parallel[given[0]],
+                   "needs a model with experts (model.experts > 0)")
     footprint.check_layout(model.layers, parallel.micro_batches(training))
     try:
         check(model, training, parallel)

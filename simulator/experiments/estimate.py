@@ -25,7 +25,11 @@ give the same memory and the same steps (GPipe holds all m, so it keeps m).
   messages on the steady state's critical cycle (``_cycle_messages``); then the
   optimizer step, the last data-parallel collective (the gradients of the
   first layers, which nothing overlaps) and what the gradient reduction
-  takes beyond the last backward. It leaves out contention between
+  takes beyond the last backward. Kernels run at the slowest GPU's fixed
+  speed (``cluster.slow``, ``gpu_speed_spread``: synchronous training waits
+  for it); faults present from the start are in the fabric it prices the
+  collectives on (those of the first rank's groups). It leaves out throttling
+  and faults that start later (``unmodelled`` names them), contention between
   collectives and the order of kernels and gathers within a step, so it is
   mostly optimistic; a search reports its error where it simulates.
 """
@@ -39,6 +43,7 @@ import numpy as np
 from simulator.analysis.summary import peak_memory
 from simulator.base.ir import CP_STREAM, DP_STREAM, TP_STREAM, Collective, OpKind
 from simulator.collectives.tuner import Collectives, isolated_time
+from simulator.compute import stragglers
 from simulator.compute.host import host_bound
 from simulator.compute.jitter import mean_factor
 from simulator.compute.model import ComputeModel
@@ -113,6 +118,13 @@ def _cycle_messages(schedule: Schedule, p: int) -> float:
     return 2.0 if schedule is Schedule.INTERLEAVED else 2.0 * (p - 1) / p
 
 
+def unmodelled(scenario: Scenario) -> list[str]:
+    """The scenario keys the estimate leaves out (the simulations include them)."""
+    machine = scenario.machine
+    return [key for key, given in (("cluster.throttle", machine.throttle),
+                                   ("faults with at:", machine.changes)) if given]
+
+
 class Estimator:
     """First-pass figures for layouts of one cluster (its fabric, tuner and
     compute model are built once and shared)."""
@@ -124,6 +136,10 @@ class Estimator:
         self.model = ComputeModel.of(scenario.gpu, scenario.training.precision)
         self.gpus = self.graph.graph["gpus"]
         self._collective: dict[tuple, float] = {}
+        machine = scenario.machine  # synchronous training waits for its slowest GPU
+        speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
+                                   [int(self.graph.nodes[g]["node"]) for g in self.gpus])
+        self.slowest = 1.0 if speed is None else float(speed.max())
 
     def estimate(self, scenario: Scenario) -> Estimate:
         small = reduced(scenario)
@@ -157,7 +173,7 @@ class Estimator:
         events = [(float(i), delta, what) for i, op in enumerate(ops) for delta, what in op.mem]
         peak, breakdown = peak_memory(static, events)
         rank = layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": stage})
-        kernels = host_bound(ops, b.steps, self.model.durations(ops),
+        kernels = host_bound(ops, b.steps, self.model.durations(ops) * self.slowest,
                              scenario.training.host_launch) * mean_factor(scenario.compute_jitter)
         peer = layout.rank({"tp": 0, "cp": 0, "dp": 0,
                             "pp": stage + 1 if stage + 1 < ctx.parallel.pp else stage - 1})

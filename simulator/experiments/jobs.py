@@ -20,9 +20,10 @@ import pandas as pd
 
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import moe_keys, summarize
+from simulator.base import footprint
 from simulator.base.ir import BG_STREAM, Program
 from simulator.compute.model import ComputeModel
-from workloads.background import PACING, background_program
+from workloads.background import PACING, background_program, messages
 from workloads.jobs import Placed, leading, merge, rank_order
 from workloads.program import build_program
 
@@ -39,8 +40,12 @@ def programs(scenario, background_s: float) -> tuple[Program, list[Placed]]:
         if job.background is None:
             program = build_program(job.model, job.training, job.parallel, scenario.seed)
         else:
-            program = background_program(job.background, per_node, len(job.nodes),
-                                         job.background.duration or background_s)
+            lasting = job.background.duration or background_s
+            footprint.check_ops(2 * messages(job.background, lasting), f"jobs.{job.name}.message",
+                                f"{messages(job.background, lasting):,} messages per GPU over "
+                                f"{lasting * 1e3:.3g} ms", "give a larger message or a shorter "
+                                "duration")
+            program = background_program(job.background, per_node, len(job.nodes), lasting)
         placed.append(Placed(job, first, program))
         first += program.ranks
     return merge([p.program for p in placed]), placed

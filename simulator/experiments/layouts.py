@@ -76,30 +76,38 @@ class Layout:
         return raw
 
 
-def parse_values(text: str, option: str, kind: type = int) -> list:
-    """``1,2,4``, ``1-16`` (every integer in the range) or names: a flag's values.
+def parse_values(text: str, option: str, kind: type = int, most: int | None = None) -> list:
+    """``1,2,4``, ``1-16`` (every integer in the range) or names: a flag's values;
+    a range is cut at ``most`` (what the scenario allows: the GPU count for a
+    parallel size) before it is listed, so ``1-1000000000`` costs nothing.
 
     >>> parse_values("1,2, 8-10", "--pp")
     [1, 2, 8, 9, 10]
+    >>> parse_values("1-1000000000", "--pp", most=4)
+    [1, 2, 3, 4]
     >>> parse_values("none,full", "--recompute", str)
     ['none', 'full']
     """
-    values: list = []
+    values: dict = {}
     for part in (p.strip() for p in str(text).split(",")):
         if not part:
             continue
         if kind is str:
-            values.append(part)
+            values[part] = None
             continue
         low, dash, high = part.partition("-")
         try:
-            numbers = range(int(low), int(high) + 1) if dash else [int(part)]
+            first, last = (int(low), int(high)) if dash else (int(part), int(part))
         except ValueError:
             raise fail(option, text, "must be integers (1,2,4) or ranges (1-16)") from None
-        values += [n for n in numbers if n not in values]
+        if dash and most is not None:
+            last = min(last, max(most, first))
+        if last - first > 10**6:
+            raise fail(option, text, "lists more than a million values")
+        values.update(dict.fromkeys(range(first, last + 1)))
     if not values:
         raise fail(option, text, "must list at least one value")
-    return values
+    return list(values)
 
 
 def default_space(world: int, layers: int, heads: int, gpus_per_node: int,

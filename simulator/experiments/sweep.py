@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -36,6 +35,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from simulator.base.processes import follow_parent
 from simulator.config.scenario import ScenarioError, from_dict, read_raw
 from simulator.experiments.sweep_design import Case, SweepError, expand
 
@@ -225,8 +225,8 @@ def execute(base: Mapping[str, Any], base_dir: Path | None, cases: list[Case],
         for case in cases:
             yield run_case(*args, case)
     else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_follow_parent,
-                                 initargs=(os.getpid(),)) as pool:
+        with ProcessPoolExecutor(max_workers=workers, initializer=follow_parent,
+                                 initargs=(os.getpid(), False)) as pool:
             futures = [pool.submit(run_case, *args, case) for case in cases]
             try:
                 for future in as_completed(futures):
@@ -234,16 +234,6 @@ def execute(base: Mapping[str, Any], base_dir: Path | None, cases: list[Case],
             finally:
                 for future in futures:
                     future.cancel()
-
-
-def _follow_parent(parent: int) -> None:
-    """In a worker: exit as soon as the sweep's process is gone (killed with -9, it
-    cannot stop its workers, which would otherwise finish their cases for nobody)."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True, name="follow-parent").start()
 
 
 def _on_dask(address: str, args: tuple, cases: list[Case]) -> Iterator[dict]:

@@ -17,6 +17,9 @@ import os
 import traceback
 from collections.abc import Callable, Sequence
 
+from simulator.base.processes import follow_parent
+from simulator.outputs.out_dirs import OutputError
+
 
 class BackgroundError(RuntimeError):
     """The forked child failed; the message carries its error."""
@@ -39,15 +42,20 @@ def together(first: Callable[[], None], tasks: Sequence[Callable[[], None]],
     os.write(feed, bytes(range(len(tasks))))
     os.close(feed)
     read, write = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: first, then tasks; report, and leave without cleaning up
+        follow_parent(parent)  # (a parent killed with -9 takes the child with it)
         os.close(read)
         status = 0
         try:
             first()
             _take(queue, tasks)
+        except OutputError as error:  # the system refused a file: say which
+            os.write(write, b"O" + str(error).encode()[-4000:])
+            status = 1
         except BaseException:  # noqa: BLE001 - everything goes back to the parent
-            os.write(write, traceback.format_exc().encode()[-4000:])
+            os.write(write, b"T" + traceback.format_exc().encode()[-4000:])
             status = 1
         os.close(write)
         os._exit(status)
@@ -59,9 +67,11 @@ def together(first: Callable[[], None], tasks: Sequence[Callable[[], None]],
         with os.fdopen(read, "rb") as pipe:
             message = pipe.read().decode(errors="replace")
         _, status = os.waitpid(pid, 0)
+    if status != 0 and message.startswith("O"):
+        raise OutputError(message[1:])
     if status != 0:
         raise BackgroundError(f"writing the outputs in the background failed:\n"
-                              f"{message or status}")
+                              f"{message[1:] or status}")
 
 
 def _take(queue: int, tasks: Sequence[Callable[[], None]]) -> None:

@@ -30,15 +30,17 @@
                         ``clustersim trace RUN_DIR --ranks ...`` writes any rank's
                         kernels and exact counters)
     gantt.FMT, memory.FMT  figures
+    manifest.json       every file above with its size and SHA-256 (written last)
 
-``clustersim gantt``, ``comms`` and ``compare`` read these back without
-simulating again.
+The directory is written into a hidden sibling and put in place at once when
+complete (``out_dirs.staged``): a reader sees the previous run or this one,
+never a mix, and an interrupted write leaves nothing behind. ``clustersim
+gantt``, ``comms``, ``compare``, ``trace`` and ``blame`` read it back without
+simulating again (``finished_run.read``, which checks every file it reads).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -46,46 +48,19 @@ import yaml
 
 from simulator.analysis.traffic import binned, binned_peak
 from simulator.engine.folded import Folded
-from simulator.engine.records import SPAN_TEXT
 from simulator.outputs import exports
 from simulator.outputs.alongside import together
+from simulator.outputs.finished_run import FinishedRun, read
+from simulator.outputs.out_dirs import RunDirError, guarded, staged
 from simulator.outputs.selection import spread
+
+__all__ = ["FinishedRun", "RunDirError", "read", "trace_ranks", "write"]
 
 CSV_ROWS = 100_000  # larger span tables and logs are written as Parquet only (unless asked)
 TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a file
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
 COUNTER_BINS = 2_000  # a layer-detail trace's link counters: averages over this many bins
 BACKGROUND_ROWS = 200_000  # spans and log rows above which outputs use two processes (alongside)
-OPTIONAL_FILES = ("spans.csv", "comms.csv", "classes.csv", "mate_calls.parquet")
-
-
-class RunDirError(ValueError):
-    """A directory that is not a readable run; the message names the path."""
-
-
-@dataclass
-class FinishedRun:
-    """A run read back from its directory."""
-
-    path: Path
-    name: str
-    summary: dict
-    spans: pd.DataFrame
-    comms: pd.DataFrame
-    placement: list[str]  # the GPU of each rank
-    nodes: list[int] = field(default_factory=list)  # the server of each rank
-    folded: Folded | None = None  # spans hold one rank per class (see classes.csv)
-    scenario: dict = field(default_factory=dict)  # scenario.yaml, as given
-
-    def spans_of(self, ranks: list[int]) -> pd.DataFrame:
-        """The spans of ``ranks``, expanded from their classes in a folded run."""
-        if self.folded is None:
-            return self.spans[self.spans["rank"].isin(ranks)]
-        return self.folded.ranks(self.spans, ranks, self.nodes)
-
-    def classes(self) -> list[list[int]] | None:
-        """A folded run's ranks, class by class (None when every rank's spans are here)."""
-        return None if self.folded is None else self.folded.classes()
 
 
 def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
@@ -110,43 +85,43 @@ def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
 
 
 def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
-    """Write every output of ``result`` (a RunResult) into ``out`` (files an earlier
-    run left there that this one does not write are removed: no stale CSV)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for name in OPTIONAL_FILES:
-        (out / name).unlink(missing_ok=True)
+    """Write every output of ``result`` (a RunResult) as the run directory ``out``
+    (which it replaces whole, once complete: no stale file of an earlier run
+    stays); an OS error while writing is an OutputError naming the file."""
+    with staged(Path(out), result.scenario.name) as folder:
+        def figures() -> None:
+            for name, draw in ((f"gantt.{fmt}", result.gantt),
+                               (f"memory.{fmt}", result.memory_plot)):
+                guarded(folder / name, lambda draw=draw, name=name: draw(str(folder / name)))
 
-    def figures() -> None:
-        result.gantt(str(out / f"gantt.{fmt}"))
-        result.memory_plot(str(out / f"memory.{fmt}"))
-
-    together(figures, _table_tasks(result, out, spans_csv),
-             background=len(result.spans) + len(result.comms) > BACKGROUND_ROWS)
+        together(figures, _table_tasks(result, folder, spans_csv),
+                 background=len(result.spans) + len(result.comms) > BACKGROUND_ROWS)
 
 
 def _table_tasks(result, out: Path, spans_csv: bool) -> list:
-    """Everything but the figures, one task per file: the summary first (what a
-    failure later must not lose), then the longest (the trace, the span table)
-    so that two processes finish together."""
-    tasks = [lambda: exports.write_summary(result.summary, out / "summary.json"),
-             lambda: _write_trace(result, out / "trace.json"),
-             lambda: exports.write_table(result.spans, out / "spans.parquet"),
-             lambda: exports.write_table(result.comms, out / "comms.parquet"),
-             lambda: exports.write_table(result.streams(), out / "streams.csv"),
-             lambda: exports.write_table(result.ranks(), out / "ranks.csv"),
-             lambda: exports.write_table(result.critical_path(), out / "critical_path.csv"),
-             lambda: (out / "scenario.yaml").write_text(yaml.safe_dump(
-                 dict(result.scenario.source), sort_keys=False)),
-             lambda: pd.DataFrame({"rank": range(len(result.placement)),
-                                   "gpu": result.placement, "node": result.node_of_rank}
-                                  ).to_csv(out / "placement.csv", index=False)]
+    """Everything but the figures, one task per file, the longest (the trace, the
+    span table) first so that two processes finish together; each an
+    OutputError naming its file if the system refuses the write."""
+    files = [("summary.json", lambda p: exports.write_summary(result.summary, p)),
+             ("trace.json", lambda p: _write_trace(result, p)),
+             ("spans.parquet", lambda p: exports.write_table(result.spans, p)),
+             ("comms.parquet", lambda p: exports.write_table(result.comms, p)),
+             ("streams.csv", lambda p: exports.write_table(result.streams(), p)),
+             ("ranks.csv", lambda p: exports.write_table(result.ranks(), p)),
+             ("critical_path.csv", lambda p: exports.write_table(result.critical_path(), p)),
+             ("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(
+                 dict(result.scenario.source), sort_keys=False, allow_unicode=True))),
+             ("placement.csv", lambda p: pd.DataFrame(
+                 {"rank": range(len(result.placement)), "gpu": result.placement,
+                  "node": result.node_of_rank}).to_csv(p, index=False))]
     if spans_csv or len(result.spans) <= CSV_ROWS:
-        tasks.append(lambda: exports.write_spans(result.spans, out / "spans.csv"))
+        files.append(("spans.csv", lambda p: exports.write_spans(result.spans, p)))
     if spans_csv or len(result.comms) <= CSV_ROWS:
-        tasks.append(lambda: exports.write_table(result.comms, out / "comms.csv"))
+        files.append(("comms.csv", lambda p: exports.write_table(result.comms, p)))
     if result.folded is not None:
-        tasks.append(lambda: _write_folded(result.folded, out))
-    return tasks
+        files.append(("classes.csv", lambda p: _write_folded(result.folded, out)))
+    return [lambda name=name, write=write: guarded(out / name, lambda: write(out / name))
+            for name, write in files]
 
 
 def _write_trace(result, path: Path) -> None:
@@ -186,56 +161,3 @@ def _write_folded(folded: Folded, out: Path) -> None:
              for mate, offset in offsets.items()]
     exports.write_table(pd.DataFrame(rows, columns=["rank", "copied_call", "call", "plan"]),
                         out / "mate_calls.parquet")
-
-
-def _read_folded(path: Path) -> Folded | None:
-    if not (path / "classes.csv").exists():
-        return None
-    classes = pd.read_csv(path / "classes.csv")
-    represents: dict[int, list[int]] = {}
-    for rank, rep in zip(classes["rank"], classes["representative"], strict=True):
-        members = represents.setdefault(int(rep), [])
-        if rank != rep:
-            members.append(int(rank))
-    calls = pd.read_parquet(path / "mate_calls.parquet")
-    folded = Folded({r: tuple(m) for r, m in represents.items()}, {})
-    plans: dict[int, dict[int, int]] = {}
-    for rank, copied, own, plan in zip(calls["rank"].tolist(), calls["copied_call"].tolist(),
-                                       calls["call"].tolist(), calls["plan"].tolist(),
-                                       strict=True):
-        if plan == -1:  # an explicit row: the mate's own call
-            folded.mate_calls.setdefault(rank, {})[copied] = own
-        elif plan == -2:  # a plan's offset for one mate
-            plans.setdefault(-1 - copied, {})[rank] = own
-        else:  # a representative's row that heads a block
-            folded.mate_blocks.setdefault(rank, {})[copied] = plan
-    used = [p for blocks in folded.mate_blocks.values() for p in blocks.values()]
-    folded.plans = [plans.get(p, {}) for p in range(max([*plans, *used], default=-1) + 1)]
-    return folded
-
-
-def read(path: str | Path) -> FinishedRun:
-    """Read a run directory back; a missing or unreadable file is a RunDirError
-    naming it."""
-    path = Path(path)
-    if not path.is_dir():
-        raise RunDirError(f"{path}: not a run directory (write one with clustersim run)")
-    try:
-        summary = json.loads((path / "summary.json").read_text())
-        table = path / "spans.parquet"
-        spans = pd.read_parquet(table) if table.exists() else pd.read_csv(path / "spans.csv")
-        parquet = path / "comms.parquet"
-        comms = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(path / "comms.csv")
-        scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
-        where = path / "placement.csv"
-        table = pd.read_csv(where) if where.exists() else None
-        placement = (table["gpu"].astype(str).tolist() if table is not None else
-                     [f"rank {r}" for r in range(int(spans["rank"].max()) + 1)])
-        nodes = table["node"].astype(int).tolist() if table is not None else []
-        folded = _read_folded(path)
-    except (OSError, ValueError, yaml.YAMLError) as error:
-        raise RunDirError(f"{path}: cannot read the run ({error})") from None
-    for column in SPAN_TEXT:
-        spans[column] = spans[column].astype(str).astype("category")
-    return FinishedRun(path, str(scenario.get("name", path.name)), summary, spans, comms,
-                       placement, nodes, folded, scenario)

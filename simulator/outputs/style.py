@@ -8,6 +8,7 @@ run writes the same bytes.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,10 @@ def save(fig: Figure, path: str | Path) -> Path:
         raise ValueError(f"figure format {fmt!r} is not one of {', '.join(FORMATS)}")
     import matplotlib
 
-    with matplotlib.rc_context(TEXT_AS_TEXT):
+    with matplotlib.rc_context(TEXT_AS_TEXT), warnings.catch_warnings():
+        # a name in a script the font lacks (CJK with DejaVu Sans) is drawn as boxes,
+        # not a warning per glyph on every run
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
         fig.savefig(path, format=fmt, dpi=150,
                     metadata={"Date": None} if fmt == "svg" else
                     {"CreationDate": None} if fmt == "pdf" else None)
