@@ -281,3 +281,70 @@ def test_the_search_estimate_counts_the_slowest_gpu_and_names_what_it_leaves_out
     throttled["cluster"]["throttle"] = {"gpu 1": {"1 ms": 2}}
     assert unmodelled(from_dict(throttled)) == ["cluster.throttle"]
     assert unmodelled(healthy) == []
+
+
+# fuzz: jobs, MoE, faults, throttle and background keys -------------------------------------
+
+FUZZ_BASE = {"name": "fuzz-jobs", "cluster": {"preset": "dgx-h100", "nodes": 3},
+             "jobs": {"a": job(MOE_MODEL, ep=4),
+                      "bg": {"nodes": 2, "kind": "background", "traffic": "storage",
+                             "rate": "2 GB/s", "message": "1 MiB"}}}
+FUZZ_KEYS = ["jobs.a.nodes", "jobs.a.placement", "jobs.a.kind", "jobs.a.model.experts",
+             "jobs.a.model.top_k", "jobs.a.model.capacity_factor", "jobs.a.model.routing",
+             "jobs.a.model.routing_skew", "jobs.a.model.first_dense_layers",
+             "jobs.a.parallelism.ep", "jobs.a.parallelism.etp",
+             "jobs.a.parallelism.moe_token_dispatcher_type", "jobs.bg.traffic", "jobs.bg.rate",
+             "jobs.bg.message", "jobs.bg.servers", "jobs.bg.direction", "jobs.bg.duration",
+             "jobs.bg.nodes", "jobs.bg.kind", "cluster.slow", "cluster.throttle",
+             "cluster.gpu_speed_spread", "cluster.fabric.faults", "cluster.nodes", "jobs"]
+
+
+def _fuzz_values():
+    from hypothesis import strategies as st
+
+    from tests.test_hardening import VALUES
+    part = st.sampled_from(["gpu 3", "gpu 03", "node 1", "node 9", "rack 1", "gpu -1"])
+    factor = st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([1, 1.5, 100, 101]))
+    time = st.sampled_from(["0 s", "1 ms", "-1 ms", "1e9 s", "5", False, None])
+    fault = st.fixed_dictionaries(
+        {"nic": st.sampled_from(["n0.nic0", "n1.nic3", "node 1 nic 2", "leaf0", "n9.nic0"])},
+        optional={"down": st.booleans(), "bandwidth": st.one_of(factor, st.just(1e-9)),
+                  "at": time})
+    link = st.fixed_dictionaries({"link": st.sampled_from([["n0.nic0", "leaf0"],
+                                                           ["n0.gpu0", "n0.nic0"], ["a"]])},
+                                 optional={"down": st.booleans(), "bandwidth": factor,
+                                           "at": time})
+    return st.one_of(
+        VALUES, st.dictionaries(part, factor, max_size=2),
+        st.dictionaries(part, st.dictionaries(time.filter(lambda t: isinstance(t, str)),
+                                              factor, max_size=2), max_size=2),
+        st.lists(st.one_of(fault, link), max_size=3),
+        st.dictionaries(st.sampled_from(["1", "true", "", "a"]), st.just({"nodes": 1}),
+                        max_size=2),
+        st.sampled_from(["1 B", "1000 TB/s", "1 GB/s", "4 MiB", "storage", "all_to_all",
+                         "flex", "allgather", "zipf", "histogram", "background"]))
+
+
+def test_fuzzed_jobs_moe_faults_and_throttles_end_in_a_result_or_one_line(tmp_path, capsys):
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from tests.test_hardening import FUZZ, _bounded, _set, _without_notes
+
+    @FUZZ
+    @given(st.lists(st.tuples(st.sampled_from(FUZZ_KEYS), _fuzz_values()), min_size=1,
+                    max_size=3))
+    def fuzz(edits):
+        scenario = copy.deepcopy(FUZZ_BASE)
+        for key, value in edits:
+            _set(scenario, key, value)
+        path = tmp_path / "fuzz.yaml"
+        path.write_text(yaml.safe_dump(scenario, allow_unicode=True))
+        code = _bounded(["run", str(path), "--out", str(tmp_path / "out")])
+        err = _without_notes(capsys.readouterr().err)
+        assert code in (0, 2), (edits, err)
+        assert "Traceback" not in err and err.count("\n") == (code == 2), (edits, err)
+        codes.append(code)
+    codes: list[int] = []
+    fuzz()
+    assert 0 in codes and 2 in codes  # (some edits run, some are refused)

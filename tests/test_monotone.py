@@ -180,3 +180,18 @@ def test_every_channel_crosses_its_own_nic():
         assert nics[order[0]] != nics[order[3]] and nics[order[4]] != nics[order[7]]
     assert {nics[o[0]] for o in orders} == {"a", "b"}  # entries on different NICs
     assert {nics[o[3]] for o in orders} == {"a", "b"}  # and exits
+
+
+@PROPERTY
+@given(st.sampled_from(["nic_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"]),
+       st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([1, 2]))
+def test_lower_bandwidth_never_speeds_a_run_up(key, a, b, tp):
+    """Any of the cluster's bandwidths lowered (each call's algorithm and
+    protocol chosen again by the tuner) never shortens the iteration."""
+    from topologies import CLUSTERS
+    base = getattr(CLUSTERS["dgx-h100"], key)
+    high, low = max(a, b), min(a, b)
+    unit = "B/s"
+    slower = time_of(scenario(tp=tp, **{key: f"{base * low:.6g} {unit}"}))
+    assert slower >= time_of(scenario(tp=tp, **{key: f"{base * high:.6g} {unit}"})) * (
+        1 - ROUNDING)

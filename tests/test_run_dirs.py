@@ -325,3 +325,63 @@ def test_a_search_range_is_cut_to_what_the_gpus_allow(tmp_path, capsys):
     assert time.perf_counter() - started < 1
     with pytest.raises(Exception, match="more than a million"):
         parse_values("0-100000000", "--zero")
+
+
+def test_a_folded_runs_classes_are_checked(tmp_path, capsys, monkeypatch):
+    """A run that keeps one timeline per class: without classes.csv its spans
+    would read as a partial run (8 of 16 ranks); refused, naming the file."""
+    import simulator.experiments.runner as runner
+    from simulator.config.scenario import from_dict
+    from tests.test_parallelism import tiny
+    scenario = tiny(tp=2, pp=2, dp=4)
+    scenario["cluster"]["nodes"] = 2
+    monkeypatch.setattr(runner, "EXPAND_SPANS", 10)
+    result = runner.run(from_dict(scenario))
+    assert result.folded is not None
+    run_dir.write(result, tmp_path / "run")
+    assert run_dir.read(tmp_path / "run").classes()
+    (tmp_path / "run" / "classes.csv").unlink()
+    assert "classes.csv: missing" in read_error(capsys, tmp_path / "run")
+
+
+def test_fuzzed_damage_to_a_run_directory_is_named_or_harmless(finished, tmp_path, capsys):
+    """Any file of a run cut, emptied, replaced, swapped with another or deleted:
+    a reader either reads the run whole (the file was not one it reads) or
+    refuses it in one line, never a traceback or a partial result."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from tests.test_hardening import FUZZ
+    names = sorted(p.name for p in finished.iterdir())
+    damages = st.one_of(
+        st.tuples(st.just("delete"), st.sampled_from(names)),
+        st.tuples(st.just("cut"), st.sampled_from(names), st.integers(0, 4096)),
+        st.tuples(st.just("bytes"), st.sampled_from(names), st.binary(max_size=64)),
+        st.tuples(st.just("swap"), st.sampled_from(names), st.sampled_from(names)),
+        st.tuples(st.just("append"), st.sampled_from(names), st.binary(min_size=1, max_size=8)))
+
+    @FUZZ
+    @given(st.lists(damages, min_size=1, max_size=2))
+    def fuzz(edits):
+        run = tmp_path / "run"
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(finished, run)
+        for kind, name, *arg in edits:
+            path = run / name
+            if kind == "delete":
+                path.unlink(missing_ok=True)
+            elif kind == "cut" and path.exists():
+                path.write_bytes(path.read_bytes()[:arg[0]])
+            elif kind == "bytes":
+                path.write_bytes(arg[0])
+            elif kind == "swap" and path.exists() and (run / arg[0]).exists():
+                path.write_bytes((run / arg[0]).read_bytes())
+            elif kind == "append" and path.exists():
+                path.write_bytes(path.read_bytes() + arg[0])
+        code = main(["comms", str(run)])
+        err = capsys.readouterr().err
+        assert code in (0, 2), (edits, err)
+        assert "Traceback" not in err and err.count("\n") == (code == 2), (edits, err)
+        if code == 0:  # read whole: the same run
+            assert run_dir.read(run).summary == run_dir.read(finished).summary
+    fuzz()

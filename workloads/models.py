@@ -26,6 +26,9 @@ class Mlp(Enum):
     SWIGLU = "swiglu"  # gate and up h->f, down f->h, no biases (Llama)
 
 
+MAX_EXPERTS = 65_536
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer; the ``setting`` fields can be given in a
@@ -42,7 +45,9 @@ class ModelSpec:
     tied_embeddings: bool = setting(boolean, True)
     learned_positions: bool = True  # GPT: learned position table; Llama: rotary
     # Mixture of experts (Megatron-Core's MoE layer; 0 experts: a dense model)
-    experts: int = setting(integer(0), 0)  # routed experts in each MoE layer
+    # routed experts in each MoE layer (at most MAX_EXPERTS: published models route over
+    # 8 to 384; every draw keeps a count per expert and micro-batch)
+    experts: int = setting(integer(0, MAX_EXPERTS), 0)
     top_k: int = setting(integer(1), 2)  # experts each token is routed to
     expert_ffn_hidden: int | None = setting(integer(1), None)  # one expert's width
     shared_experts: int = setting(integer(0), 0)  # experts every token also passes

@@ -108,7 +108,8 @@ def expert_shares(model: ModelSpec, rng: np.random.Generator, moe_index: int = 0
         return row / row.sum()
     if model.routing != "zipf":
         return np.full(model.experts, 1.0 / model.experts)
-    weights = 1.0 / np.arange(1, model.experts + 1) ** model.routing_skew
+    with np.errstate(over="ignore"):  # a large skew: rank^skew is inf, its weight 0 (rank 1
+        weights = 1.0 / np.arange(1, model.experts + 1) ** model.routing_skew  # keeps 1)
     return rng.permutation(weights / weights.sum())
 
 

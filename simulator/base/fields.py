@@ -30,10 +30,12 @@ def fail(path: str, value: object, allowed: str) -> ScenarioError:
     return ScenarioError(f"{path}: {value!r} {allowed}")
 
 
-def integer(minimum: int) -> Check:
+def integer(minimum: int, maximum: int | None = None) -> Check:
     def parse(path: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise fail(path, value, f"must be an integer >= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+                maximum is not None and value > maximum):
+            raise fail(path, value, f"must be an integer >= {minimum}" if maximum is None
+                       else f"must be an integer from {minimum} to {maximum:,}")
         return value
     return parse
 
