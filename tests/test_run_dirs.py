@@ -385,3 +385,15 @@ def test_fuzzed_damage_to_a_run_directory_is_named_or_harmless(finished, tmp_pat
         if code == 0:  # read whole: the same run
             assert run_dir.read(run).summary == run_dir.read(finished).summary
     fuzz()
+
+
+def test_a_damaged_sweep_table_is_named(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--grid", "seed=1,2", "--out", str(out), "--workers",
+                 "1"]) == 0
+    (out / "results.parquet").write_text("garbage")
+    capsys.readouterr()
+    err = one_error(capsys, main(["plot", str(out), "--x", "seed", "--y", "mfu"]))
+    assert f"{out / 'results.parquet'}: damaged" in err

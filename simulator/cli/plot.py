@@ -33,8 +33,12 @@ def run(args: argparse.Namespace) -> int:
     if args.hue and args.z:
         raise ScenarioError("--hue: a heatmap (--z) has no hue; give one of them")
     try:
-        plot(pd.read_parquet(path), out, args.x, args.y, args.hue, args.z,
-             title=Path(args.sweep_dir).name)
+        table = pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's errors are both
+        raise ScenarioError(f"{path}: damaged ({str(error).splitlines()[0][:120]}); run the "
+                            "sweep again to rewrite it from results.jsonl") from None
+    try:
+        plot(table, out, args.x, args.y, args.hue, args.z, title=Path(args.sweep_dir).name)
     except ValueError as error:
         raise ScenarioError(str(error)) from None
     print(out)
