@@ -174,15 +174,27 @@ def test_set_reaches_keys_with_dots_when_quoted():
             split_path(bad)
 
 
-def test_a_later_fault_on_a_part_replaces_the_earlier_from_its_time():
-    raw = {"name": "f", "cluster": {"preset": "dgx-a100", "nodes": 2, "fabric": {"faults": [
-        {"link": ["n0.nic0", "leaf0"], "bandwidth": 0.5},
-        {"link": ["n0.nic0", "leaf0"], "down": True, "at": "0.1 ms"},
-        {"nic": "n0.nic0", "down": True, "at": "0.2 ms"}]}},
-        "model": TINY_MODEL, "training": dict(TRAIN, global_batch=16), "parallelism": {"dp": 16}}
-    scenario = from_dict(copy.deepcopy(raw))
-    assert [t for t, _ in scenario.machine.changes] == [0.0001, 0.0002]
-    assert run(raw).summary["iteration_time_s"] > 0
+def test_a_part_named_by_several_faults_is_in_the_worst_state_started():
+    """A link at half its rate from the start, down from 0.1 ms; a switch down from
+    the start stays down when a milder fault names it later (nothing recovers:
+    a part's state came back with links the first fabric never had)."""
+    def scenario(*faults):
+        return {"name": "f", "cluster": {"preset": "dgx-h100", "nodes": 2, "leaf_ports": 8,
+                                         "fabric": {"faults": list(faults)}},
+                "model": TINY_MODEL, "training": dict(TRAIN, global_batch=16),
+                "parallelism": {"dp": 16}}
+    worse = from_dict(scenario({"link": ["n0.nic0", "leaf0"], "bandwidth": 0.5},
+                               {"link": ["n0.nic0", "leaf0"], "down": True, "at": "0.1 ms"}))
+    (when, later), = worse.machine.changes
+    assert when == 0.0001 and not later.has_edge("n0.nic0", "leaf0")
+    assert worse.machine.build_graph().edges["n0.nic0", "leaf0"]["bandwidth"] == 25e9
+    milder = scenario({"switch": "spine1", "down": True},
+                      {"switch": "spine1", "bandwidth": 0.1, "at": "0.1 ms"})
+    (_, later), = from_dict(milder).machine.changes
+    assert "spine1" not in later
+    summary = run(milder).summary  # (it used to fail: a KeyError on the spine's links)
+    assert summary["faults"] == ["switch spine1 down",
+                                 "switch spine1 at 10% of its bandwidth from 0.1 ms"]
 
 
 def test_a_gpus_failed_link_to_its_nic_moves_it_to_another_nic():
@@ -348,3 +360,39 @@ def test_fuzzed_jobs_moe_faults_and_throttles_end_in_a_result_or_one_line(tmp_pa
     codes: list[int] = []
     fuzz()
     assert 0 in codes and 2 in codes  # (some edits run, some are refused)
+
+
+def test_fuzzed_faults_on_every_kind_of_part_end_in_a_result_or_one_line(tmp_path, capsys):
+    """Faults on any link (NVLink, PCIe, NIC, spine), NIC or switch, failed or
+    degraded, from the start or later, several on one part: a result or one line
+    (an NVLink down used to reach NVLS, a milder later fault to bring a failed
+    switch back, both as internal errors)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tests.test_hardening import FUZZ, HUNT, _bounded
+    base = {"name": "faults", "cluster": {"preset": "dgx-h100", "nodes": 2, "leaf_ports": 8},
+            "model": TINY_MODEL, "training": dict(TRAIN),
+            "parallelism": {"tp": 2, "pp": 2, "dp": 4}}
+    graph = from_dict(base).machine.build_graph()
+    links = sorted(graph.edges())
+    parts = sorted(n for n, d in graph.nodes(data=True) if d["kind"] in ("nic", "switch"))
+    part = st.one_of(st.builds(lambda e: {"link": list(e)}, st.sampled_from(links)),
+                     st.builds(lambda n: {graph.nodes[n]["kind"]: n}, st.sampled_from(parts)))
+    state = st.one_of(st.just({"down": True}),
+                      st.builds(lambda b: {"bandwidth": b}, st.sampled_from([0.001, 0.3, 1.0])))
+    when = st.one_of(st.just({}), st.builds(lambda t: {"at": t},
+                                            st.sampled_from(["0 s", "0.1 ms", "2 ms"])))
+    fault = st.builds(lambda p, s, w: {**p, **s, **w}, part, state, when)
+
+    @settings(FUZZ, max_examples=HUNT or 12)  # (each example writes a whole run)
+    @given(st.lists(fault, min_size=1, max_size=4))
+    def fuzz(faults):
+        raw = copy.deepcopy(base)
+        raw["cluster"]["fabric"] = {"faults": faults}
+        path = write(tmp_path, raw, "faults.yaml")
+        code = _bounded(["run", path, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code in (0, 2), (faults, err)
+        assert "Traceback" not in err and err.count("\n") == (code == 2), (faults, err)
+    fuzz()

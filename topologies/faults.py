@@ -135,31 +135,36 @@ def apply(graph: nx.DiGraph, faults: Sequence[Fault], path: str = "cluster.fabri
           ) -> nx.DiGraph:
     """A copy of ``graph`` with ``faults`` applied (``graph`` itself when none).
 
-    A part named by several faults takes the one that started last (a link at
-    half its rate from the start and down from 20 ms); two faults on one part
-    that start together are an error. Links are changed before NICs and switches
-    are removed, so a fault on a link of a failed part is no error."""
+    A part named by several faults is in the worst state of those started (a
+    link at half its rate from the start and down from 20 ms; a fault lasts to
+    the iteration's end, so nothing recovers); two faults on one part that start
+    together are an error. Links are changed before NICs and switches are
+    removed, so a fault on a link of a failed part is no error."""
     if not faults:
         return graph
     out = graph.copy()
-    latest: dict[tuple, tuple[int, Fault]] = {}
+    named: list[Fault] = []  # every fault, its parts as the graph names them
+    first: dict[tuple, int] = {}  # (part, start) -> the fault that named it
+    worst: dict[tuple, Fault] = {}  # part -> its worst fault started
     for position, fault in enumerate(faults):
         i = fault.index if fault.index >= 0 else position  # as the scenario counts
         where = f"{path}[{i}]"
         names = tuple(_node_name(out, where, fault.kind, n) for n in fault.names)
         _check_kind(out, where, fault.kind, names)
         part = (fault.kind, frozenset(names))
-        if part in latest and latest[part][1].at == fault.at:
+        if (part, fault.at) in first:
             raise ScenarioError(f"{where}: names the {fault.kind} {' - '.join(names)} as "
-                                f"{path}[{latest[part][0]}] does, from the same time; give "
-                                "each part once (a later at: replaces an earlier fault)")
-        if part not in latest or latest[part][1].at < fault.at:
-            latest[part] = (i, Fault(fault.kind, names, fault.bandwidth, fault.at, i))
-    applied = [f for _, f in sorted(latest.values(), key=lambda e: e[0])]
+                                f"{path}[{first[part, fault.at]}] does, from the same time; "
+                                "give each part once (or at other times: the worst holds)")
+        first[part, fault.at] = i
+        named.append(Fault(fault.kind, names, fault.bandwidth, fault.at, i))
+        if part not in worst or fault.bandwidth < worst[part].bandwidth:
+            worst[part] = named[-1]
+    applied = list(worst.values())
     for fault in sorted(applied, key=lambda f: KINDS.index(f.kind)):
         _break(out, fault)
     _move_gpus_off_lost_nics(out, graph)
-    out.graph["faults"] = [f.describe() for f in applied]
+    out.graph["faults"] = [f.describe() for f in named]
     return out
 
 

@@ -112,8 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _save_traceback(folder: str | None) -> str:
-    """Write the current exception's traceback to ``folder`` (the run directory,
-    when the command got that far) or the temporary folder; return the path."""
+    """Write the current exception's traceback to ``folder`` (beside the run
+    directory, when the command got that far) or the temporary folder; return
+    the path."""
     text = traceback.format_exc()
     for place in (folder, tempfile.gettempdir()):
         if place is None:

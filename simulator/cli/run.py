@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     option = "--out" if args.out else "name (the default --out runs/NAME)"
     out = options.output_dir(args.out or Path("runs") / file_name(scenario.name), option)
     held = out_dirs.replaceable(out, option)
-    args.crash_dir = str(out)  # an internal error's traceback goes here
+    # an internal error's traceback goes beside the run directory (which a run replaces
+    # whole, and where a file of its own would make it no longer a run's)
+    args.crash_dir = str(out.absolute().parent)
     with out_dirs.exclusive(out, option):  # a second run into out is refused meanwhile
         result = simulate(scenario)
         try:

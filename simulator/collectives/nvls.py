@@ -26,6 +26,10 @@ def nvls(fabric: Fabric, kind: Collective, gpus: Sequence[str], size: float) -> 
     switch = fabric.nvswitch(next(iter(servers))) if len(servers) == 1 else None
     if switch is None:
         raise AlgorithmUnavailable("nvls needs the whole group on one NVSwitch with NVLS")
+    graph = fabric.graph  # (this state of the fabric: a link may fail during the run)
+    if not all(graph.has_edge(g, switch) and graph.has_edge(switch, g) for g in gpus):
+        raise AlgorithmUnavailable("nvls needs every member's own NVLink to the NVSwitch (one "
+                                   "is down)")
     n = len(gpus)
     routes = [(fabric.link(g, switch),) for g in gpus] + [(fabric.link(switch, g),) for g in gpus]
     wire = max(float(fabric.latency[r[0]]) for r in routes) * 2

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +28,11 @@ import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # (Windows: no advisory locks; a second writer is not refused)
+    fcntl = None
 
 MANIFEST = "manifest.json"
 FORMAT = 1  # the run directory's layout; a reader refuses another
@@ -59,6 +63,9 @@ def guarded(path: Path, write) -> None:
 @contextmanager
 def exclusive(path: Path, option: str) -> Iterator[None]:
     """Hold ``path`` (a folder, made by the caller) for this command alone."""
+    if fcntl is None:
+        yield
+        return
     for _ in range(10):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -115,6 +122,8 @@ def staged(out: Path, scenario: str) -> Iterator[Path]:
     """A hidden sibling of ``out`` to write a run into; on success its manifest
     is written and it replaces ``out`` at once; on any error it is removed."""
     out = Path(out).absolute()
+    if out.is_symlink():  # the run goes where the link points; the link stays
+        out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(out)
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
