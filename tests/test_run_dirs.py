@@ -397,3 +397,11 @@ def test_a_damaged_sweep_table_is_named(tmp_path, capsys):
     capsys.readouterr()
     err = one_error(capsys, main(["plot", str(out), "--x", "seed", "--y", "mfu"]))
     assert f"{out / 'results.parquet'}: damaged" in err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [["comms", "{run}", "--csv", "/dev/full"],
+                                     ["trace", "{run}", "--out", "/dev/full"]])
+def test_a_full_disk_under_a_readers_output_names_the_file(finished, capsys, command):
+    err = one_error(capsys, main([a.format(run=finished) for a in command]), 1)
+    assert err.startswith("output failed: /dev/full: cannot write it (No space left")

@@ -15,6 +15,7 @@ from simulator.base.units import format_time
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
+from simulator.outputs.out_dirs import guarded
 from simulator.outputs.style import FORMATS
 
 
@@ -93,6 +94,7 @@ def _heat_map(finished, out, top: int) -> str:
                              top=top)
     if not names:
         return "not drawn: no traffic crossed a link"
-    plot_link_heatmap(use, names, finished.summary["iteration_time_s"], out,
-                      f"{finished.name}: the {len(names)} busiest links")
+    guarded(out, lambda: plot_link_heatmap(use, names, finished.summary["iteration_time_s"],
+                                           out, f"{finished.name}: the {len(names)} busiest "
+                                                "links"))
     return f"{out} ({len(names)} busiest links)"

@@ -6,6 +6,7 @@ import argparse
 
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
+from simulator.outputs.out_dirs import guarded
 
 
 def add_parser(sub) -> None:
@@ -41,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         values = calibration.fit(table, gpu, args.precision)
     except calibration.CalibrationError as error:
         raise ScenarioError(str(error)) from None
-    calibration.write_calibration(out, gpu, values, table, str(args.kernels),
-                                  args.precision)
+    guarded(out, lambda: calibration.write_calibration(out, gpu, values, table,
+                                                       str(args.kernels), args.precision))
     print(f"calibration of {gpu.name} from {len(table)} kernels "
           f"({', '.join(f'{n} {k}' for k, n in table['kind'].value_counts().items())})")
     print(f"{'':22} {'preset':>12} {'fitted':>12}")
@@ -107,6 +108,6 @@ def _read(args: argparse.Namespace):
                             "(--precision)")
     if args.table:
         out = options.output_file(args.table, "--table")
-        table.to_csv(out, index=False)
+        guarded(out, lambda: table.to_csv(out, index=False))
         print(f"kernel table     {args.table}  (use it with cluster.kernel_table: {args.table})")
     return calibration.checked(table.reset_index(drop=True), args.kernels)

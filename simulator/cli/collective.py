@@ -7,6 +7,7 @@ import sys
 
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
+from simulator.outputs.out_dirs import guarded
 
 LARGE_FABRIC = 16_384  # GPUs from which building the fabric takes long enough to say so
 
@@ -104,6 +105,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
           f"{sum(r.events for r in rows):,} events")
     if csv:
-        pd.DataFrame([r.__dict__ for r in rows]).to_csv(csv, index=False,
-                                                         float_format="%.9g")
+        guarded(csv, lambda: pd.DataFrame([r.__dict__ for r in rows]).to_csv(
+            csv, index=False, float_format="%.9g"))
     return 0

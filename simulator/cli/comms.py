@@ -7,6 +7,7 @@ import argparse
 from simulator.base.units import format_bytes
 from simulator.cli import options
 from simulator.outputs import run_dir
+from simulator.outputs.out_dirs import guarded
 
 
 def add_parser(sub) -> None:
@@ -36,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
     print("calls per message size (bins of powers of two):")
     print(comms.format_histogram(bins))
     if csv:
-        table.to_csv(csv, index=False, float_format="%.9g")
+        guarded(csv, lambda: table.to_csv(csv, index=False, float_format="%.9g"))
     if histogram_csv:
-        bins.to_csv(histogram_csv, index=False, float_format="%.9g")
+        guarded(histogram_csv, lambda: bins.to_csv(histogram_csv, index=False,
+                                                   float_format="%.9g"))
     if figure:
-        comms_plot.plot_histogram(bins, figure, finished.name)
+        guarded(figure, lambda: comms_plot.plot_histogram(bins, figure, finished.name))
     return 0

@@ -7,6 +7,7 @@ import argparse
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
+from simulator.outputs.out_dirs import guarded
 
 
 def add_parser(sub) -> None:
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     # a folded run: the ranks asked for expanded from their classes, else a row per class
     spans = [r.spans_of(ranks) if ranks else r.spans for r in (a, b)]
     classes = (None, None) if ranks else (a.classes(), b.classes())
-    save(compare_figure(*spans, names, ranks, classes=classes), out)
+    figure = compare_figure(*spans, names, ranks, classes=classes)
+    guarded(out, lambda: save(figure, out))
     print(f"figure           {out}")
     return 0

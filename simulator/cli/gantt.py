@@ -8,6 +8,7 @@ from simulator.base.units import format_time
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 from simulator.outputs import run_dir
+from simulator.outputs.out_dirs import guarded
 from simulator.outputs.style import FORMATS
 
 
@@ -41,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
     if end is None and "jobs" in finished.summary:  # background traffic runs on past them
         end = finished.summary["iteration_time_s"]
     _check_window(start, end, spans)
-    plot_gantt(spans, out, finished.name, ranks=ranks, start=start, end=end,
-               streams=args.streams, group=False if args.no_group else None,
-               breakdown=not args.no_breakdown,
-               classes=finished.classes() if ranks is None else None)
+    guarded(out, lambda: plot_gantt(
+        spans, out, finished.name, ranks=ranks, start=start, end=end, streams=args.streams,
+        group=False if args.no_group else None, breakdown=not args.no_breakdown,
+        classes=finished.classes() if ranks is None else None))
     print(out)
     return 0
 

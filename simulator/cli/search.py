@@ -12,6 +12,7 @@ from simulator.base.user_files import file_name, read_yaml
 from simulator.cli import options
 from simulator.config.scenario import ScenarioError
 from simulator.outputs import out_dirs
+from simulator.outputs.out_dirs import guarded
 
 FLAGS = {  # dimension -> (flag, value type, help)
     "tp": ("--tp", int, "tensor-parallel sizes, e.g. 1,2,4,8"),
@@ -131,11 +132,13 @@ def _search(args, base: dict, base_dir: Path, machine, space: dict, name: str,
     if sim.empty:
         print("no layout could be simulated; see search.csv", file=sys.stderr)
         return 1
-    search_plot.plot(table, capacity, out / "search.png", f"{name}: {machine.gpus} GPUs")
+    guarded(out / "search.png", lambda: search_plot.plot(table, capacity, out / "search.png",
+                                                         f"{name}: {machine.gpus} GPUs"))
     best = search.layout_of(sim.iloc[0])
     scenario = search_best.scenario_of(resolved(search._searchable(base), base_dir), best,
                                        f"{name}-best")  # (its files' paths made absolute)
-    scenario_path = search_best.write_scenario(scenario, out / "best.yaml")
+    scenario_path = out / "best.yaml"
+    guarded(scenario_path, lambda: search_best.write_scenario(scenario, scenario_path))
     result = search_best.run_layout(search._searchable(base), best, base_dir, f"{name}-best")
     run_dir.write(result, out / "best")
     print(f"best layout      {best.label}: {result.summary['iteration_time_s']:.4g} s, "
@@ -149,7 +152,7 @@ def _search(args, base: dict, base_dir: Path, machine, space: dict, name: str,
         print(f"\nwinner against runner-up ({second.label}), seconds on the critical rank:")
         print(explained.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print(search_best.summary_line(explained))
-        explained.to_csv(out / "compare.csv", index=False)
+        guarded(out / "compare.csv", lambda: explained.to_csv(out / "compare.csv", index=False))
     print(f"outputs          {out}/ (search.parquet, search.csv, search.png, best.yaml, "
           f"best/)\nrun it           clustersim run {scenario_path}")
     return 0

@@ -15,6 +15,7 @@ import argparse
 
 from simulator.cli import options
 from simulator.outputs import exports, run_dir
+from simulator.outputs.out_dirs import guarded
 
 
 def add_parser(sub) -> None:
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     spans = finished.spans_of(ranks)
     label = (args.ranks or "all").replace(",", "_")
     out = options.output_file(args.out or finished.path / f"trace-{label}.json", "--out")
-    exports.write_chrome_trace(spans, finished.placement, out, finished.comms)
+    guarded(out, lambda: exports.write_chrome_trace(spans, finished.placement, out,
+                                                    finished.comms))
     print(f"{out}  ({len(spans):,} spans of {len(ranks)} rank(s))")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from simulator.cli import options
+from simulator.outputs.out_dirs import guarded
 
 
 def add_parser(sub) -> None:
@@ -53,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"{g.group:14} {g.cases:3} cases  mean |error| {g.mean_abs_error_pct:5.1f} %  "
                   f"worst {g.worst_abs_error_pct:5.1f} % ({g.worst_case})")
     if csv:
-        table.to_csv(csv, index=False, float_format="%.6g")
+        guarded(csv, lambda: table.to_csv(csv, index=False, float_format="%.6g"))
     return 0

@@ -38,6 +38,7 @@ import yaml
 from simulator.base.processes import follow_parent
 from simulator.config.scenario import ScenarioError, from_dict, read_raw
 from simulator.experiments.sweep_design import Case, SweepError, expand
+from simulator.outputs.out_dirs import guarded
 
 __all__ = ["Case", "Results", "SweepError", "expand", "sweep"]
 
@@ -139,9 +140,12 @@ class Results:
         table if the last rewrite is ``refresh`` seconds old (the sweep rewrites it
         at its end and on Ctrl-C; the log alone rebuilds it after a crash)."""
         self.rows[row["case"]] = row
-        with open(self.out / RESULTS, "a") as log:
-            log.write(json.dumps(row, default=str) + "\n")
-            log.flush()
+
+        def append() -> None:
+            with open(self.out / RESULTS, "a") as log:
+                log.write(json.dumps(row, default=str) + "\n")
+                log.flush()
+        guarded(self.out / RESULTS, append)
         if time.monotonic() - self._written >= self.refresh:
             self.write_table()
 
@@ -159,9 +163,9 @@ class Results:
             final = self.out / f"results.{suffix}"
             partial = final.with_name(f".{final.name}.partial")
             if suffix == "csv":
-                table.to_csv(partial, index=False)
+                guarded(final, lambda p=partial: table.to_csv(p, index=False))
             else:
-                _parquet_safe(table).to_parquet(partial, index=False)
+                guarded(final, lambda p=partial: _parquet_safe(table).to_parquet(p, index=False))
             partial.replace(final)
 
 
