@@ -30,6 +30,13 @@ def run(args: argparse.Namespace) -> int:
     from simulator.outputs.style import save
 
     a, b = run_dir.read(args.run_a), run_dir.read(args.run_b)
+    out = options.figure(args.out or b.path / "compare.png", "--out")
+    ranks = options.ranks_option(args.ranks, max(len(a.placement), len(b.placement)))
+    for finished in (a, b):  # drawn in both: each must have them (checked before printing)
+        missing = [r for r in ranks or () if r >= len(finished.placement)]
+        if missing:
+            raise ScenarioError(f"--ranks: rank {missing[0]} is not in {finished.path} (its "
+                                f"ranks are 0 to {len(finished.placement) - 1})")
     names = (a.name, b.name) if a.name != b.name else (f"A: {a.path.name}", f"B: {b.path.name}")
     print(f"{'':24} {names[0][:20]:>20} {names[1][:20]:>20} {'B / A':>8}")
     for key in COMPARED:
@@ -38,14 +45,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         ratio = f"{vb / va:8.3f}" if va else f"{'-':>8}"
         print(f"{key:24} {va:20.6g} {vb:20.6g} {ratio}")
-    total = max(len(a.placement), len(b.placement))
-    out = options.figure(args.out or b.path / "compare.png", "--out")
-    ranks = options.ranks_option(args.ranks, total)
-    for finished in (a, b):  # drawn in both: each must have them
-        missing = [r for r in ranks or () if r >= len(finished.placement)]
-        if missing:
-            raise ScenarioError(f"--ranks: rank {missing[0]} is not in {finished.path} (its "
-                                f"ranks are 0 to {len(finished.placement) - 1})")
     # a folded run: the ranks asked for expanded from their classes, else a row per class
     spans = [r.spans_of(ranks) if ranks else r.spans for r in (a, b)]
     classes = (None, None) if ranks else (a.classes(), b.classes())
