@@ -27,7 +27,9 @@ COMBINATIONS = [("batching",), ("folding",), ("batching", "folding"), ("gangs",)
                 ("batching", "gangs", "exclusive_links"),
                 ("batching", "gangs", "call_groups", "exclusive_links"),
                 ("batching", "gangs", "exclusive_links", "passes"),
-                ("batching", "gangs", "call_groups", "exclusive_links", "passes")]
+                ("batching", "gangs", "call_groups", "exclusive_links", "passes"),
+                ("batching", "gangs", "call_groups", "exclusive_links", "passes",
+                 "pipeline_streams")]
 PIPELINES = [dict(tp=8, pp=2), dict(tp=8, pp=2, schedule="interleaved", virtual_stages=2,
                                     sequence_parallel=True),
              dict(tp=8, pp=2, training__recompute="full", training__micro_batch=2),
@@ -103,19 +105,24 @@ def _same_memory(mine: list, theirs: list) -> None:
     assert [e[0] for e in mine] == pytest.approx([e[0] for e in theirs], rel=1e-9)
 
 
+@pytest.mark.parametrize("driven", [False, True], ids=["processes", "driven"])
 @pytest.mark.parametrize("parallelism", PIPELINES, ids=str)
-def test_replayed_steps_give_the_reference_timeline(parallelism):
+def test_replayed_steps_give_the_reference_timeline(parallelism, driven):
     """Pipelines whose tensor-parallel calls are exclusive: most steps are replayed
     from their kind's template, and every span, log row and memory event equals
-    the reference engine's (every call on the same row its span names)."""
+    the reference engine's (every call on the same row its span names); with
+    ``pipeline_streams`` the representatives' compute and pipeline streams run
+    without processes, to the same timeline."""
     program, placement, fabric, durations = _setup(parallelism)
     options = {"represents": tensor_parallel_gangs(program),
                "exclusive": exclusive_dimensions(program, fabric, placement)}
     assert options["exclusive"] == {"tp"}
     nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
     reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
-    fast = engine_class("batching", "gangs", "exclusive_links", "passes")(
-        program, placement, durations, fabric, Collectives(fabric), **options).run()
+    plugins = ("batching", "gangs", "exclusive_links", "passes") + (
+        ("pipeline_streams",) if driven else ())
+    fast = engine_class(*plugins)(program, placement, durations, fabric, Collectives(fabric),
+                                  **options).run()
     assert len(fast.span_runs.records) > len(program.steps[0]) / 2
     log_a = reference.collectives.frame(COLLECTIVE_COLUMNS)
     log_b = fast.collectives.frame(COLLECTIVE_COLUMNS)

@@ -20,9 +20,11 @@ from simulator.engine.folding import Folding
 from simulator.engine.gangs import Gangs
 from simulator.engine.layer_spans import LayerSpans
 from simulator.engine.passes import Passes
+from simulator.engine.pipeline_streams import PipelineStreams
 
 PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     # outermost first: a plug-in listed earlier overrides the hooks of later ones
+    "pipeline_streams": PipelineStreams,  # needs passes: compute and pipeline streams driven
     "passes": Passes,  # needs exclusive_links and Program.steps: replays pipeline steps
     "exclusive_links": ExclusiveLinks,  # needs gangs: settles calls a gang fills alone
     "call_groups": CallGroups,  # needs gangs: a gang's whole groups' calls as one batch

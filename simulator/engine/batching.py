@@ -53,10 +53,12 @@ class BatchedCompute(Engine):
             self._watched[id(ops)] = watched
 
     def _compute(self, rank: int, indices: list[int], pos: int,
-                 durations: list[float]) -> tuple[int, float]:
-        """Plan compute ops from ``pos`` while their inputs' ends are known (a hot
-        path: plain loops, no helpers); return the next position and the end."""
-        ops, t, done = self.program.ops[rank], self.env.now, self.done[rank]
+                 durations: list[float], at: float | None = None) -> tuple[int, float]:
+        """Plan compute ops from ``pos`` (now, or from ``at``) while their inputs'
+        ends are known (a hot path: plain loops, no helpers); return the next
+        position and the end."""
+        ops, done = self.program.ops[rank], self.done[rank]
+        t = self.env.now if at is None else at
         phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
         count, clock = len(indices), self._clocks.get(rank)
         while pos < count:

@@ -155,13 +155,15 @@ class Engine:
         return self._stream(rank, stream, indices, durations)
 
     def _compute(self, rank: int, indices: list[int], pos: int,
-                 durations: list[float]) -> tuple[int, float]:
-        """Run the compute op at stream position ``pos`` now (its inputs are there):
-        return the next position and when the stream is free again."""
+                 durations: list[float], at: float | None = None) -> tuple[int, float]:
+        """Run the compute op at stream position ``pos`` now, or at ``at`` (a plug-in
+        that plans a stream ahead; its inputs are there): return the next position
+        and when the stream is free again."""
         i, clock = indices[pos], self._clocks.get(rank)
         op = self.program.ops[rank][i]
-        end = self.env.now + durations[i] if clock is None else clock(self.env.now, durations[i])
-        self.spans.append((rank, op.stream, "compute", op.name, self.env.now, end,
+        t = self.env.now if at is None else at
+        end = t + durations[i] if clock is None else clock(t, durations[i])
+        self.spans.append((rank, op.stream, "compute", op.name, t, end,
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, -1))
         self._finish(rank, i, end)
         return pos + 1, end

@@ -73,8 +73,8 @@ class LayerSpans(BatchedCompute):
                 (durations[i] for i in streams[COMPUTE_STREAM]), initial=0.0))
 
     def _compute(self, rank: int, indices: list[int], pos: int,
-                 durations: list[float]) -> tuple[int, float]:
-        ops, t = self.program.ops[rank], self.env.now
+                 durations: list[float], at: float | None = None) -> tuple[int, float]:
+        ops, t = self.program.ops[rank], self.env.now if at is None else at
         phases, segs, cum = self._phases[id(ops)], self._segments[id(ops)], self._cum[rank]
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):

@@ -107,24 +107,26 @@ class Passes(ExclusiveLinks):
         self._step_at[id(ops)] = at
 
     def _compute(self, rank: int, indices: list[int], pos: int,
-                 durations: list[float]) -> tuple[int, float]:
+                 durations: list[float], at: float | None = None) -> tuple[int, float]:
         step = self._step_at[id(self.program.ops[rank])].get(pos)
         if step is not None:
             first, end, _ = step
             template = self._template(rank, step, indices, pos, durations)
             if template is not None and template.size == end - first:
-                planned = self._replay(rank, template, first)
+                planned = self._replay(rank, template, first,
+                                       self.env.now if at is None else at)
                 if planned is not None:
                     return self._commit(rank, template, first, pos, *planned)
-        return super()._compute(rank, indices, pos, durations)
+        return super()._compute(rank, indices, pos, durations, at)
 
-    def _replay(self, rank: int, template: Template, first: int
+    def _replay(self, rank: int, template: Template, first: int, t: float
               ) -> tuple[list[float], list[float], list[float]] | None:
-        """Each covered op's start, span end and end, with the planner's arithmetic
-        (the same floating-point operations in the same order); None when an op
-        outside the step that one of them needs has not been planned yet, or the
-        exclusive stream is not at the step's first call."""
-        t, done, ops = self.env.now, self.done[rank], self.program.ops[rank]
+        """Each covered op's start, span end and end, the step starting at ``t``,
+        with the planner's arithmetic (the same floating-point operations in the
+        same order); None when an op outside the step that one of them needs has
+        not been planned yet, or the exclusive stream is not at the step's first
+        call."""
+        done, ops = self.done[rank], self.program.ops[rank]
         compute_free = calls_free = t
         if template.calls:
             stream, position, previous = self._inlinable[id(ops)][first + template.first_call]

@@ -226,8 +226,8 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
     exclusive = exclusive_dimensions(program, fabric, placement) if settle else None
     if exclusive:
         options["exclusive"] = exclusive
-    passes = ("passes",) if replay and exclusive and program.steps and base == (
-        "batching",) else ()
+    passes = ("passes", "pipeline_streams") if replay and exclusive and program.steps and \
+        base == ("batching",) else ()
     return Method((*base, "gangs", "call_groups",
                    *(("exclusive_links",) if exclusive else ()), *passes), options, automatic)
 
