@@ -185,3 +185,21 @@ def test_the_registry_composes_and_refuses_unknown_names():
         assert issubclass(engine_class(name), plugin)
     with pytest.raises(ValueError, match="unknown engine plug-in 'warp'"):
         engine_class("warp")
+
+
+@pytest.mark.parametrize("parallelism", PIPELINES + [
+    dict(pp=2, dp=8, zero=1), dict(pp=4, dp=4, schedule="gpipe"),
+    dict(pp=2, dp=8, stage_layers=[3, 5]), dict(pp=2, dp=8, zero=3),
+    dict(pp=2, dp=8, fsdp={"sharding": "full_shard"}), dict(tp=2, pp=2, dp=4, cp=1,
+                                                             schedule="interleaved",
+                                                             virtual_stages=2)], ids=str)
+def test_stamped_steps_build_the_same_program(parallelism, monkeypatch):
+    """The builder copies a step of a kind from its first instance (``Pattern``)
+    where nothing but the ops and the stage's ready state change: the program is
+    the one built step by step."""
+    import workloads.program as builder
+    scenario = from_dict(tiny(**parallelism))
+    stamped = build_program(scenario.model, scenario.training, scenario.parallel)
+    monkeypatch.setattr(builder, "STAMP", False)
+    built = build_program(scenario.model, scenario.training, scenario.parallel)
+    assert stamped == built

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
@@ -393,3 +394,26 @@ def test_a_deep_pipelines_memory_plot_keeps_its_axes(tmp_path):
         warnings.simplefilter("error")
         path = plot_memory(lines, tmp_path / "memory.png", 80 * 2**30, "deep")
     assert path.stat().st_size > 10_000
+
+
+def test_a_run_past_a_million_spans_writes_its_trace_on_demand(tmp_path, monkeypatch, capsys):
+    """Past ON_DEMAND_SPANS spans (every rank's) the default outputs leave out
+    trace.json (``clustersim trace`` writes any ranks' from the span table, and
+    ``--trace`` asks for it); large tables go to Parquet a chunk at a time."""
+    from simulator.cli import main
+    from simulator.outputs import exports
+    monkeypatch.setattr(run_dir, "ON_DEMAND_SPANS", 10)
+    monkeypatch.setattr(exports, "PARQUET_CHUNK", 100)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny(tp=2, pp=2, dp=4)))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "big")]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "big" / "trace.json").exists()
+    assert "no trace.json for a run this large: clustersim trace" in out
+    back = run_dir.read(tmp_path / "big")
+    assert len(back.spans) > 100  # read back whole from several row groups
+    assert main(["run", str(scenario), "--out", str(tmp_path / "asked"), "--trace"]) == 0
+    assert (tmp_path / "asked" / "trace.json").exists()
+    spans = pd.read_parquet(tmp_path / "big" / "spans.parquet")
+    again = pd.read_parquet(tmp_path / "asked" / "spans.parquet")
+    pd.testing.assert_frame_equal(spans, again)

@@ -28,11 +28,15 @@ def add_parser(sub) -> None:
                      help="also write spans.csv and comms.csv for a large run (the Parquet "
                           "tables are always written; the CSVs by default only up to "
                           "100,000 rows)")
+    run.add_argument("--trace", action=argparse.BooleanOptionalAction, default=None,
+                     help="write trace.json (default: for runs of at most 1,000,000 spans, "
+                          "every rank's; clustersim trace RUN_DIR --ranks ... writes any "
+                          "ranks' later)")
     run.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                      help="override a scenario key (repeatable)")
 
 
-def _human(summary: dict, out: Path, command_s: float) -> str:
+def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> str:
     mem = summary["memory_gib"]
     lines = [
         f"iteration time   {format_time(summary['iteration_time_s'])}",
@@ -66,7 +70,8 @@ def _human(summary: dict, out: Path, command_s: float) -> str:
         + (f" over {summary['job_runs']} runs (each training job alone, then all together)"
            if summary.get("job_runs", 1) > 1 else "") + "; "
         f"whole command with its outputs {command_s:.2f} s",
-        f"outputs          {out}/",
+        f"outputs          {out}/" + ("" if traced else " (no trace.json for a run this large: "
+                                           f"clustersim trace {out} --ranks 0-7, or --trace)"),
     ]
     return "\n".join(lines)
 
@@ -161,19 +166,20 @@ def run(args: argparse.Namespace) -> int:
     with out_dirs.exclusive(out, option):  # a second run into out is refused meanwhile
         result = simulate(scenario)
         try:
-            run_dir.write(result, out, args.format, spans_csv=args.spans_csv)
+            run_dir.write(result, out, args.format, spans_csv=args.spans_csv,
+                          trace=args.trace)
         except OutputError:  # the results are not lost: they go to the terminal
-            _print(args, result.summary, out, started)
+            _print(args, result.summary, out, started, True)
             raise
     if held not in (None, scenario.name):
         print(f"note: {out} held a run of the scenario {held!r}; it now holds this one",
               file=sys.stderr)
-    _print(args, result.summary, out, started)
+    _print(args, result.summary, out, started, run_dir.writes_trace(result, args.trace))
     return 0
 
 
-def _print(args, summary: dict, out: Path, started: float) -> None:
+def _print(args, summary: dict, out: Path, started: float, traced: bool) -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(_human(summary, out, time.perf_counter() - started))
+        print(_human(summary, out, time.perf_counter() - started, traced))

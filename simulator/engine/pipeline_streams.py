@@ -145,7 +145,7 @@ class PipelineStreams(Passes):
                 self._send_group(message_key, group, op)
             if group.done.callbacks is not None:  # not arrived yet: go on when it has
                 group.done.callbacks.append(lambda _event, i=i, op=op, k=message_key, g=group,
-                                            arrival=start: self._arrived_at(
+                                            arrival=start, plan=plan: self._arrived_at(
                                                 rank, i, op, arrival, k, g, plan))
                 return
             self._arrived_at(rank, i, op, start, message_key, group, plan, drive=False)

@@ -36,12 +36,28 @@ def write_spans(spans: pd.DataFrame, path: Path) -> None:
     spans.to_csv(path, index=False, float_format="%.12g")
 
 
+PARQUET_CHUNK = 1_000_000  # rows converted to Arrow and written at a time
+
+
 def write_table(frame: pd.DataFrame, path: Path) -> None:
-    """CSV or Parquet by suffix (Parquet keeps dtypes and loads fast)."""
-    if path.suffix == ".parquet":
+    """CSV or Parquet by suffix (Parquet keeps dtypes and loads fast). A large
+    table goes to Parquet a chunk of rows at a time (one row group each), so
+    only a chunk is ever held twice in memory."""
+    if path.suffix != ".parquet":
+        frame.to_csv(path, index=False, float_format="%.12g")
+    elif len(frame) <= PARQUET_CHUNK:
         frame.to_parquet(path, index=False)
     else:
-        frame.to_csv(path, index=False, float_format="%.12g")
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        first = pa.Table.from_pandas(frame.iloc[:PARQUET_CHUNK], preserve_index=False)
+        with pq.ParquetWriter(path, first.schema) as writer:
+            writer.write_table(first)
+            for at in range(PARQUET_CHUNK, len(frame), PARQUET_CHUNK):
+                writer.write_table(pa.Table.from_pandas(
+                    frame.iloc[at:at + PARQUET_CHUNK], preserve_index=False,
+                    schema=first.schema))
 
 
 def _tid(rank: int, stream: str) -> int:

@@ -19,7 +19,9 @@
                         representative's row heads a block of that plan; plan -2:
                         the plan -1 - copied_call moves rank's row by call rows);
                         ``gantt --ranks`` and ``trace --ranks`` expand any rank
-    trace.json          Chrome/Perfetto trace with flows and counters, for every rank
+    trace.json          (runs of at most ON_DEMAND_SPANS spans, every rank's, or with
+                        ``clustersim run --trace``)
+                        Chrome/Perfetto trace with flows and counters, for every rank
                         while the run has at most TRACE_SPANS spans, else for
                         TRACE_RANKS ranks spread over the pipeline stages, kernel
                         by kernel while those have at most TRACE_SPANS spans, else
@@ -61,6 +63,23 @@ TRACE_SPANS = 100_000  # larger runs' default trace keeps TRACE_RANKS ranks: a f
 TRACE_RANKS = 8  # Perfetto opens (at least one rank per pipeline stage)
 COUNTER_BINS = 2_000  # a layer-detail trace's link counters: averages over this many bins
 BACKGROUND_ROWS = 200_000  # spans and log rows above which outputs use two processes (alongside)
+ON_DEMAND_SPANS = 1_000_000  # a run of more spans (every rank's) writes no trace.json unless
+# asked (``clustersim run --trace``); ``clustersim trace`` writes any ranks' from its spans
+
+
+def represented_spans(result) -> int:
+    """Spans of every rank of ``result``: its table's, or in a run that keeps one
+    timeline per class, each class's times its ranks."""
+    if result.folded is None:
+        return len(result.spans)
+    per_rank = result.spans["rank"].value_counts()
+    return int(sum(per_rank.get(c[0], 0) * len(c) for c in result.folded.classes()))
+
+
+def writes_trace(result, trace: bool | None = None) -> bool:
+    """Whether ``trace.json`` is written: asked for (``trace``), or by default for a
+    run of at most ON_DEMAND_SPANS spans."""
+    return trace if trace is not None else represented_spans(result) <= ON_DEMAND_SPANS
 
 
 def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
@@ -84,26 +103,29 @@ def trace_ranks(ranks: int, stage_of: tuple[int, ...] = ()) -> list[int]:
     return sorted(r for members in chosen.values() for r in members)
 
 
-def write(result, out: Path, fmt: str = "png", spans_csv: bool = False) -> None:
+def write(result, out: Path, fmt: str = "png", spans_csv: bool = False,
+          trace: bool | None = None) -> None:
     """Write every output of ``result`` (a RunResult) as the run directory ``out``
     (which it replaces whole, once complete: no stale file of an earlier run
-    stays); an OS error while writing is an OutputError naming the file."""
+    stays); ``trace``: write trace.json (None: ``writes_trace``'s default). An
+    OS error while writing is an OutputError naming the file."""
     with staged(Path(out), result.scenario.name) as folder:
         def figures() -> None:
             for name, draw in ((f"gantt.{fmt}", result.gantt),
                                (f"memory.{fmt}", result.memory_plot)):
                 guarded(folder / name, lambda draw=draw, name=name: draw(str(folder / name)))
 
-        together(figures, _table_tasks(result, folder, spans_csv),
+        together(figures, _table_tasks(result, folder, spans_csv,
+                                       writes_trace(result, trace)),
                  background=len(result.spans) + len(result.comms) > BACKGROUND_ROWS)
 
 
-def _table_tasks(result, out: Path, spans_csv: bool) -> list:
+def _table_tasks(result, out: Path, spans_csv: bool, trace: bool = True) -> list:
     """Everything but the figures, one task per file, the longest (the trace, the
     span table) first so that two processes finish together; each an
     OutputError naming its file if the system refuses the write."""
     files = [("summary.json", lambda p: exports.write_summary(result.summary, p)),
-             ("trace.json", lambda p: _write_trace(result, p)),
+             *([("trace.json", lambda p: _write_trace(result, p))] if trace else []),
              ("spans.parquet", lambda p: exports.write_table(result.spans, p)),
              ("comms.parquet", lambda p: exports.write_table(result.comms, p)),
              ("streams.csv", lambda p: exports.write_table(result.streams(), p)),
