@@ -203,3 +203,20 @@ def test_stamped_steps_build_the_same_program(parallelism, monkeypatch):
     monkeypatch.setattr(builder, "STAMP", False)
     built = build_program(scenario.model, scenario.training, scenario.parallel)
     assert stamped == built
+
+
+def test_driven_streams_hand_back_what_they_do_not_handle():
+    """Gangs whose pipeline peers are not one gang (half a stage sends to a whole
+    one): the driven pipeline stream hands its messages back to a core process,
+    and the timeline is still the reference's."""
+    program, placement, fabric, durations = _setup(dict(tp=8, pp=2))
+    represents = {0: (1, 2, 3), 4: (5, 6, 7), 8: tuple(range(9, 16))}
+    nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
+    reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
+    fast = engine_class("batching", "gangs", "exclusive_links", "passes", "pipeline_streams")(
+        program, placement, durations, fabric, Collectives(fabric), represents=represents,
+        exclusive=exclusive_dimensions(program, fabric, placement)).run()
+    a, b = _spans(reference, nodes), _spans(fast, nodes)
+    assert len(a) == len(b) and (a["name"] == b["name"]).all()
+    assert b["end"].to_numpy() == pytest.approx(a["end"].to_numpy(), rel=1e-9)
+    assert len(fast.collectives) == len(reference.collectives)
