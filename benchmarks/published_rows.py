@@ -26,6 +26,14 @@ Sources of the layouts:
 - Llama 3 405B on 16,384 H100 (Llama 3 paper, Sec. 3.3: TP8 PP16 DP128,
   sequence 8192, batch 2048 sequences; its first and last stages hold one
   layer fewer, as Meta did to balance the embedding and output layers).
+- Today's common interleaved recipes with context parallelism (issue 37; the
+  layouts of Megatron-Core/NeMo's Llama 3 pre-training recipes): Llama 3 70B
+  with TP4 PP4, 5 virtual stages, CP2 on 2,048 H100 (global batch 4,096,
+  sequence 8,192), and Llama 3.1 405B with TP8 PP8, 8 virtual stages, CP2 on
+  1,024 H100 (global batch 512, sequence 8,192; its first and last stages
+  hold one layer fewer, as NeMo's recipe accounts for the embedding and the
+  loss in the pipeline split). Both: micro-batch 1, selective recomputation,
+  sequence parallelism, ZeRO-1 (the distributed optimizer).
 """
 
 from __future__ import annotations
@@ -95,4 +103,19 @@ def rows() -> list[dict[str, Any]]:
                     "recompute": "selective"},
                    {"tp": 8, "pp": 16, "dp": 128, "sequence_parallel": True, "zero": 1,
                     "stage_layers": [7, *[8] * 14, 7]}))
+    out += [llama_cp("70b", 2048, 4, 4, 5, 4096), llama_cp("405b", 1024, 8, 8, 8, 512)]
     return out
+
+
+def llama_cp(size: str, gpus: int, tp: int, pp: int, v: int, batch: int) -> dict[str, Any]:
+    """A Llama 3 pre-training recipe with interleaving and context parallelism 2."""
+    cp = 2
+    parallelism: dict[str, Any] = {
+        "tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "schedule": "interleaved",
+        "virtual_stages": v, "sequence_parallel": True, "zero": 1}
+    if size == "405b":  # 126 layers: the first and last stages one fewer
+        parallelism["stage_layers"] = [15, *[16] * 6, 15]
+    return row(f"llama3-{size}-tp{tp}-pp{pp}-v{v}-cp{cp}-{gpus}-h100", H100, gpus,
+               {"preset": f"llama3-{size}"},
+               {"seq_len": 8192, "global_batch": batch, "micro_batch": 1,
+                "recompute": "selective"}, parallelism)

@@ -13,8 +13,8 @@ from simulator.collectives.tuner import Collectives
 from simulator.config.scenario import from_dict
 from simulator.engine.assemble import PLUGINS, engine_class
 from simulator.engine.core import Engine
-from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
+from simulator.engine.link_sharing import alone_calls, exclusive_dimensions
 from simulator.engine.records import COLLECTIVE_COLUMNS
 from simulator.experiments.runner import compute_model, span_table
 from simulator.network.fabric import Fabric
@@ -60,7 +60,8 @@ def test_a_plugin_gives_the_reference_timeline(names, parallelism):
         options["represents"] = (program_classes(program) if "call_groups" in names else
                                  tensor_parallel_gangs(program))
     if "exclusive_links" in names:
-        options["exclusive"] = exclusive_dimensions(program, fabric, placement)
+        options["exclusive"], options["late"] = exclusive_dimensions(program, fabric,
+                                                                     placement)
     nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
     reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
     fast = engine_class(*names)(program, placement, durations, fabric, Collectives(fabric),
@@ -114,19 +115,50 @@ def test_replayed_steps_give_the_reference_timeline(parallelism, driven):
     ``pipeline_streams`` the representatives' compute and pipeline streams run
     without processes, to the same timeline."""
     program, placement, fabric, durations = _setup(parallelism)
-    options = {"represents": tensor_parallel_gangs(program),
-               "exclusive": exclusive_dimensions(program, fabric, placement)}
-    assert options["exclusive"] == {"tp"}
-    nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
-    reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
+    exclusive, late = exclusive_dimensions(program, fabric, placement)
+    options = {"represents": tensor_parallel_gangs(program), "exclusive": exclusive,
+               "late": late}
+    assert exclusive == {"tp"} and not late
     plugins = ("batching", "gangs", "exclusive_links", "passes") + (
         ("pipeline_streams",) if driven else ())
+    _same_timeline(program, placement, fabric, durations, plugins, options)
+
+
+@pytest.mark.parametrize("parallelism", [
+    dict(tp=4, cp=2, pp=2, dp=2, zero=1, cluster__nodes=4, bucket_size="1 MB"),
+    dict(tp=4, cp=2, pp=2, dp=2, zero=1, schedule="interleaved", virtual_stages=2,
+         sequence_parallel=True, cluster__nodes=4),
+    dict(tp=4, cp=2, pp=2, dp=2, sequence_parallel=True, cluster__nodes=4,
+         training__recompute="full", bucket_size="1 MB")], ids=str)
+def test_context_parallel_pipelines_run_alone_until_their_reductions(parallelism):
+    """Tensor- and context-parallel calls sharing servers with data-parallel
+    groups (over dp x cp): the calls that the reductions may overlap run on the
+    network (``link_sharing.alone_calls``), every other one alone, and most steps
+    are replayed; the timeline, log and memory are the reference engine's."""
+    program, placement, fabric, durations = _setup(parallelism)
+    exclusive, late = exclusive_dimensions(program, fabric, placement)
+    assert exclusive == {"tp", "cp"} and late == {"dp"}
+    shared = alone_calls(program.ops[0], exclusive, late)
+    calls = [i for i, op in enumerate(program.ops[0]) if op.group in exclusive]
+    assert 0 < len(shared) < len(calls) / 2  # the drain's, not the others
+    options = {"represents": program_classes(program), "exclusive": exclusive, "late": late}
+    plugins = ("batching", "gangs", "call_groups", "exclusive_links", "passes",
+               "pipeline_streams")
+    _same_timeline(program, placement, fabric, durations, plugins, options)
+
+
+def _same_timeline(program, placement, fabric, durations, plugins, options) -> None:
+    """Run ``plugins`` and the reference engine: the same spans (the replayed steps'
+    included), log rows and memory events."""
+    nodes = pd.Series([fabric.node_of(g) for g in placement]).to_numpy()
+    reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
     fast = engine_class(*plugins)(program, placement, durations, fabric, Collectives(fabric),
                                   **options).run()
     assert len(fast.span_runs.records) > len(program.steps[0]) / 2
     log_a = reference.collectives.frame(COLLECTIVE_COLUMNS)
     log_b = fast.collectives.frame(COLLECTIVE_COLUMNS)
     a, b = _spans(reference, nodes), _spans(fast, nodes)
+    a = a[a["rank"].isin(b["rank"].unique())].reset_index(drop=True)
     assert len(a) == len(b)
     for column in ("rank", "stream", "kind", "name", "phase", "microbatch", "layer", "bytes"):
         assert (a[column].astype(object) == b[column].astype(object)).all(), column
@@ -215,7 +247,7 @@ def test_driven_streams_hand_back_what_they_do_not_handle():
     reference = Engine(program, placement, durations, fabric, Collectives(fabric)).run()
     fast = engine_class("batching", "gangs", "exclusive_links", "passes", "pipeline_streams")(
         program, placement, durations, fabric, Collectives(fabric), represents=represents,
-        exclusive=exclusive_dimensions(program, fabric, placement)).run()
+        exclusive=exclusive_dimensions(program, fabric, placement)[0]).run()
     a, b = _spans(reference, nodes), _spans(fast, nodes)
     assert len(a) == len(b) and (a["name"] == b["name"]).all()
     assert b["end"].to_numpy() == pytest.approx(a["end"].to_numpy(), rel=1e-9)

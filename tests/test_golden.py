@@ -16,7 +16,8 @@ from tests.conftest import QUICKSTART, ROOT
 GOLDEN = ROOT / "tests" / "golden"
 # Properties of this machine (wall time) or of how the engine works (its event
 # and recompute counts), not of what is simulated.
-MEASURED = {"wall_s", "events", "network_recomputes"}
+MEASURED = {"wall_s", "events", "network_recomputes", "calls_alone", "steps_replayed",
+            "pipeline_steps"}
 
 
 SCENARIOS = {"quickstart": QUICKSTART,  # A100, the roofline

@@ -22,6 +22,7 @@ from tests.conftest import ROOT
 from tests.test_parallelism import reference, tiny
 
 MEASURED = {"wall_s", "events", "network_recomputes", "simulated_ranks", "simulation",
+            "calls_alone", "steps_replayed", "pipeline_steps",
             "simulation_exact", "critical_path"}
 
 
@@ -36,6 +37,11 @@ def assert_same_run(a, b):
         if isinstance(value, float) or (isinstance(value, list) and value and
                                         isinstance(value[0], float)):
             assert a.summary[key] == pytest.approx(value, rel=1e-9, abs=1e-15), key
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            assert len(a.summary[key]) == len(value), key  # (blame: seconds lost per cause)
+            for mine, theirs in zip(a.summary[key], value, strict=True):
+                assert {k: pytest.approx(v, rel=1e-9, abs=scale) if isinstance(v, float)
+                        else v for k, v in mine.items()} == theirs, key
         elif not isinstance(value, dict):
             assert a.summary[key] == value, key
     ra, rb = a.ranks(), b.ranks()
@@ -161,11 +167,16 @@ def test_an_asymmetric_fabric_splits_the_class(tmp_path):
     dict(tp=8, pp=2, dp=2, cluster__nodes=4),
     dict(tp=8, pp=2, dp=2, cluster__nodes=4, zero=1, schedule="interleaved", virtual_stages=2,
          sequence_parallel=True),
-    dict(tp=8, pp=4, cluster__nodes=4, training__recompute="full")], ids=str)
+    dict(tp=8, pp=4, cluster__nodes=4, training__recompute="full"),
+    dict(tp=4, cp=2, pp=2, dp=2, cluster__nodes=4, zero=1, schedule="interleaved",
+         virtual_stages=2, sequence_parallel=True),
+    dict(tp=2, cp=2, pp=2, dp=4, cluster__nodes=4, bucket_size="1 MB")], ids=str)
 def test_replayed_pipeline_steps_by_default_equal_a_full_simulation(parallelism, monkeypatch):
-    """Tensor parallelism filling each server makes its calls exclusive, so the
-    default run replays pipeline steps (engine.passes); its summary, per-rank
-    breakdown and log still equal simulating every rank op by op."""
+    """Tensor parallelism filling each server (or with context parallelism, the two
+    filling it and data-parallel groups sharing servers: ``link_sharing``) makes
+    its calls exclusive, so the default run replays pipeline steps
+    (engine.passes); its summary, per-rank breakdown and log still equal
+    simulating every rank op by op."""
     replays = []
     plain = Passes.run
 

@@ -14,11 +14,15 @@ are logged as one block of rows in group order. This is the case the
 other traffic some of the time (tensor parallelism of 2 or 4 beside data-
 parallel peers in one server), so the calls still run on the shared fabric.
 
-Only groups inside one server with single-step lowerings are batched; a
-call whose lowering runs several steps, a group that spans servers (a batch
-joins every component any of its links touches, so the data-parallel rings
-of many servers are cheaper apart) and a gang that does not hold every
-member of each group go the reference way.
+Only groups with single-step lowerings inside one server, or of context
+parallelism, are batched; a call whose lowering runs several steps, another
+group that spans servers (a batch joins every component any of its links
+touches, so the data-parallel rings of many servers are cheaper apart) and a
+gang that does not hold every member of each group go the reference way. A
+stage's context-parallel ring exchanges across servers are batched: apart,
+each of its groups' transfers would merge with the pipeline messages on its
+NICs and recompute their shares once per group (Llama 3.1 405B with CP 2
+across servers: 9.6 M events -> 0.31 M, the same timeline).
 
 Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
 (every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
@@ -44,6 +48,9 @@ class CallGroup:
     heads: list[tuple]  # per group: its log row's fixed fields (no seq, no times)
     parts: tuple[tuple[float, tuple[int, ...], list, tuple], ...]  # per latency:
     # (latency, the groups' positions, their (routes, sizes), a shape key)
+
+
+ACROSS_SERVERS = ("cp",)  # batched across servers too: a stage's ring exchanges
 
 
 class CallGroups(Gangs):
@@ -89,8 +96,9 @@ class CallGroups(Gangs):
         held, own, plan = self._gang_groups(rank, op.group)
         whole = [tuple(self.program.groups[op.group][g]) for g in held]
         batch = None
-        if plan is not None and all(len(held[g]) == len(m) and self._one_server(m)
-                                    for g, m in zip(held, whole, strict=True)):
+        if plan is not None and all(len(held[g]) == len(m) and (
+                op.group in ACROSS_SERVERS or self._one_server(m))
+                for g, m in zip(held, whole, strict=True)):
             lowered = [self._lower(op.collective, [self.placement[r] for r in m], op.bytes)
                        for m in whole]
             if all(low.steps == 1 for low in lowered):

@@ -15,34 +15,21 @@ Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give
 
 from __future__ import annotations
 
-from simulator.base.ir import PHASE_NAME, Op, OpKind, Program
+from bisect import bisect_left
+
+from simulator.base.ir import PHASE_NAME, Op, OpKind
 from simulator.engine.batching import depended_on
 from simulator.engine.gangs import Gangs
-from simulator.network.fabric import Fabric
-
-
-def exclusive_dimensions(program: Program, fabric: Fabric, placement: list[str]) -> frozenset:
-    """``{"tp"}`` when no other traffic can share tensor-parallel links: no other
-    group has two members in one server, and traffic is not routed through other
-    GPUs' NVLink (a rail-optimized fabric's PXN)."""
-    if fabric.proxies_through_peers:
-        return frozenset()
-    for dim, groups in program.groups.items():
-        if dim == "tp":
-            continue
-        for group in groups:
-            servers = [fabric.node_of(placement[r]) for r in group]
-            if len(set(servers)) < len(servers):
-                return frozenset()
-    return frozenset({"tp"})
+from simulator.engine.link_sharing import alone_calls
 
 
 class ExclusiveLinks(Gangs):
     """Gangs whose calls on exclusive dimensions are settled at their isolated time."""
 
-    def __init__(self, *args, exclusive: frozenset[str], **kwargs) -> None:
+    def __init__(self, *args, exclusive: frozenset[str], late: frozenset[str] = frozenset(),
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._exclusive = exclusive
+        self._exclusive, self._late = exclusive, late
         self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
                          if rep in self._group_of.get(dim, ())  # (other jobs' ranks are not)
                          and (gang := self._whole_groups(rep, dim))}
@@ -51,6 +38,13 @@ class ExclusiveLinks(Gangs):
         self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
         self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
+        self._shared: dict[int, list[int]] = {}  # per op tuple: calls a late call may overlap
+        self.calls_alone = 0  # settled at their isolated time (the summary's calls_alone)
+
+    def run(self):
+        result = super().run()
+        result.calls_alone = self.calls_alone
+        return result
 
     def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
         """The ``dim`` groups of ``rep``'s gang (index, members), if the gang holds
@@ -72,12 +66,13 @@ class ExclusiveLinks(Gangs):
                         out[i] = (stream, position, indices[position - 1] if position else None)
                     self._awaited[(id(ops), stream)] = all(i in depended for i in indices)
             self._inlinable[id(ops)] = out
+            self._shared[id(ops)] = alone_calls(ops, self._exclusive, self._late)
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
         ops = self.program.ops[rank]
         if self._inlinable[id(ops)][indices[0]] is not None:
             # a stream of exclusive calls (all or none of a stream's ops are inlinable)
-            if self._awaited[(id(ops), stream)] and all(
+            if self._awaited[(id(ops), stream)] and not self._shared[id(ops)] and all(
                     (g, rank) in self._covered for g in {ops[i].group for i in indices}):
                 self._lazy.add((rank, stream))
                 return self._no_process()
@@ -139,8 +134,17 @@ class ExclusiveLinks(Gangs):
             self._cursor[key] = pos + 1
             yield from self._collective(rank, i, op)
 
+    def _sharing(self, rank: int, op_index: int, end: int | None = None) -> bool:
+        """Whether a late call may share links with the call ``op_index`` (or with
+        any call in ``[op_index, end)``): it then runs on the network."""
+        shared = self._shared[id(self.program.ops[rank])]
+        if not shared:
+            return False
+        at = bisect_left(shared, op_index)
+        return at < len(shared) and shared[at] < (op_index + 1 if end is None else end)
+
     def _collective(self, rank: int, op_index: int, op: Op):
-        if (op.group, rank) in self._covered:
+        if (op.group, rank) in self._covered and not self._sharing(rank, op_index):
             self._alone(rank, op_index, op, self.env.now)
             return
         yield from super()._collective(rank, op_index, op)
@@ -158,7 +162,7 @@ class ExclusiveLinks(Gangs):
         if self._cursor[key] != position:
             return None
         op, done = ops[op_index], self.done[rank]
-        if (op.group, rank) not in self._covered:
+        if (op.group, rank) not in self._covered or self._sharing(rank, op_index):
             return None
         start = self.env.now if floor is None else floor
         for d in (*op.deps, previous) if previous is not None else op.deps:
@@ -177,6 +181,7 @@ class ExclusiveLinks(Gangs):
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
         block, durations, uniform, own, plan, longest = self._alone_block(rank, op)
+        self.calls_alone += 1
         row = self._log_alone(rank, block, durations, own, plan, start)
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, row))

@@ -48,12 +48,13 @@ class Template:
     index: int  # in SpanRuns.templates
     size: int  # ops in the step (an instance of another size is not this kind)
     kernels: int  # compute-stream positions it covers
-    calls: int  # exclusive calls it covers, consecutive on ``stream``
-    stream: str  # the exclusive calls' stream ("" when none)
-    first_call: int  # op offset (from the step's first op) of its first call, -1 if none
-    # per covered op: (op offset, is a call, duration, span duration, slots of the
-    # covered ops it depends on, whether it depends on ops outside them)
-    ops: tuple[tuple[int, bool, float, float, tuple[int, ...], bool], ...]
+    # per exclusive stream it covers ("lane"): (stream, op offset from the step's
+    # first op of its first call there, its calls: consecutive on the stream)
+    lanes: tuple[tuple[str, int, int], ...]
+    # per covered op: (op offset, its lane or -1 for a kernel, duration, span
+    # duration, slots of the covered ops it depends on, whether it depends on ops
+    # outside them)
+    ops: tuple[tuple[int, int, float, float, tuple[int, ...], bool], ...]
     offsets: tuple[int, ...]  # each covered op's offset from the step's first op
     last_kernel: int  # slot of the last kernel: the compute stream is free at its end
     memory: tuple[tuple[int, float, str], ...]  # (slot, bytes, category) at an op's end
@@ -88,6 +89,7 @@ class Passes(ExclusiveLinks):
     def run(self):
         result = super().run()
         result.span_runs = self.span_runs
+        result.steps_replayed = len(self.span_runs.records)
         return result
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
@@ -127,19 +129,20 @@ class Passes(ExclusiveLinks):
         not been planned yet, or the exclusive stream is not at the step's first
         call."""
         done, ops = self.done[rank], self.program.ops[rank]
-        compute_free = calls_free = t
-        if template.calls:
-            stream, position, previous = self._inlinable[id(ops)][first + template.first_call]
+        compute_free, free = t, []  # free: each lane's
+        for stream, first_call, _ in template.lanes:
+            _, position, previous = self._inlinable[id(ops)][first + first_call]
             if self._cursor[(rank, stream)] != position:
                 return None
+            free.append(t)
             if previous is not None:
                 if done[previous] is None:
                     return None
-                if done[previous] > calls_free:
-                    calls_free = done[previous]
+                if done[previous] > t:
+                    free[-1] = done[previous]
         starts, shown, ends = [], [], []
-        for offset, call, duration, span, inner, outer in template.ops:
-            start = calls_free if call else compute_free
+        for offset, lane, duration, span, inner, outer in template.ops:
+            start = compute_free if lane < 0 else free[lane]
             for slot in inner:
                 if ends[slot] > start:
                     start = ends[slot]
@@ -153,9 +156,9 @@ class Passes(ExclusiveLinks):
             end = start + duration
             starts.append(start)
             ends.append(end)
-            if call:
+            if lane >= 0:
                 shown.append(start + span)
-                calls_free = end
+                free[lane] = end
             else:
                 shown.append(end)
                 compute_free = end
@@ -167,6 +170,7 @@ class Passes(ExclusiveLinks):
         done, waiters, row = self.done[rank], self._waiters, len(self.collectives)
         for slot, block, durations, own, plan in template.logged:
             self._log_alone(rank, block, durations, own, plan, starts[slot])
+        self.calls_alone += len(template.logged)
         for offset, end in zip(template.offsets, ends):  # noqa: B905 - equal by making
             i = first + offset
             done[i] = end
@@ -175,8 +179,8 @@ class Passes(ExclusiveLinks):
         if template.memory:
             self.memory_events[rank].extend((ends[slot], delta, category)
                                             for slot, delta, category in template.memory)
-        if template.calls:
-            self._cursor[(rank, template.stream)] += template.calls
+        for stream, _, calls in template.lanes:
+            self._cursor[(rank, stream)] += calls
         runs = self.span_runs
         runs.records.append((rank, template.index, self.program.ops[rank][
             first + template.ops[0][0]].microbatch, row))
@@ -187,6 +191,8 @@ class Passes(ExclusiveLinks):
     def _template(self, rank: int, step: tuple, indices: list[int], pos: int,
                   durations: list[float]) -> Template | None:
         first, end, key = step  # (steps of one kind whose durations differ: own templates)
+        if self._sharing(rank, first, end):  # (not cached: another instance may run alone)
+            return None
         cache = (rank, key, indices[pos] - first, tuple(durations[first:end]))
         if cache not in self._templates:
             self._templates[cache] = self._make(rank, first, end, indices[pos], durations)
@@ -210,43 +216,46 @@ class Passes(ExclusiveLinks):
                 if (op.group, rank) not in self._covered:
                     return None
                 covered.append(i)
-        calls = [i for i in covered if ops[i].kind is OpKind.COLLECTIVE]
-        if {ops[i].microbatch for i in covered} != {ops[kernel].microbatch} or len(
-                {inlinable[i][0] for i in calls}) > 1:
+        if {ops[i].microbatch for i in covered} != {ops[kernel].microbatch}:
             return None
-        return self._build(rank, (first, end), covered, calls, durations)
+        return self._build(rank, (first, end), covered, durations)
 
     def _build(self, rank: int, step: tuple[int, int], covered: list[int],
-               calls: list[int], durations: list[float]) -> Template | None:
+               durations: list[float]) -> Template | None:
         """The covered ops as instructions, their log blocks and span columns."""
         first, end = step
-        ops = self.program.ops[rank]
+        ops, inlinable = self.program.ops[rank], self._inlinable[id(self.program.ops[rank])]
         slot = {i: n for n, i in enumerate(covered)}
-        program, logged = [], []
+        lanes: dict[str, list] = {}  # stream: [first call's offset, calls]
+        program, logged, rows = [], [], 0  # rows: log rows of the calls so far
         columns: dict[str, list] = {name: [] for name in SPAN_FIELDS}
         for n, i in enumerate(covered):
             op = ops[i]
             inner = tuple(slot[d] for d in op.deps if d in slot)
             outer = n == 0 or len(inner) < len(op.deps)
             if op.kind is OpKind.COMPUTE:
-                program.append((i - first, False, durations[i], 0.0, inner, outer))
+                program.append((i - first, -1, durations[i], 0.0, inner, outer))
                 _span(columns, op, "compute", -1)
                 continue
             block, times, uniform, own, plan, longest = self._alone_block(rank, op)
             if not uniform:
                 return None
-            program.append((i - first, True, longest, times[own], inner, outer))
-            _span(columns, op, "comm", len(block) * len(logged) + own)
+            lane = lanes.setdefault(inlinable[i][0], [i - first, 0])
+            lane[1] += 1
+            program.append((i - first, list(lanes).index(inlinable[i][0]), longest,
+                            times[own], inner, outer))
+            _span(columns, op, "comm", rows + own)
             logged.append((n, block, times, own, plan))
-        if not any(not call for _, call, *_ in program):
+            rows += len(block)
+        if all(lane >= 0 for _, lane, *_ in program):
             return None
         self.span_runs.templates.append(columns)
         return Template(
             len(self.span_runs.templates) - 1, end - first,
-            sum(1 for i in covered if ops[i].stream == COMPUTE_STREAM), len(calls),
-            self._inlinable[id(ops)][calls[0]][0] if calls else "",
-            calls[0] - first if calls else -1, tuple(program), tuple(i - first for i in covered),
-            max(n for n, (_, call, *_) in enumerate(program) if not call),
+            sum(1 for i in covered if ops[i].stream == COMPUTE_STREAM),
+            tuple((stream, at, count) for stream, (at, count) in lanes.items()),
+            tuple(program), tuple(i - first for i in covered),
+            max(n for n, (_, lane, *_) in enumerate(program) if lane < 0),
             tuple((slot[i], delta, category) for i in covered
                   for delta, category in ops[i].mem), tuple(logged))
 

@@ -75,3 +75,6 @@ class EngineResult:
     inexact: str | None = None
     # spans kept as records of replayed steps (engine.passes.SpanRuns), besides ``spans``
     span_runs: object | None = None
+    # what the speed-ups did: calls settled alone (exclusive_links), steps replayed (passes)
+    calls_alone: int = 0
+    steps_replayed: int = 0

@@ -355,6 +355,9 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                    **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
                    events=slowdown.events,
                    network_recomputes=result.network_recomputes,
+                   calls_alone=result.calls_alone, steps_replayed=result.steps_replayed,
+                   pipeline_steps=sum(len(program.steps[r]) for r in ranks
+                                      if r < len(program.steps)),
                    wall_s=time.perf_counter() - wall)
     memory, stages = _stage_memory(program, result, ranks)
     return RunResult(scenario, summary, spans, comms, list(placement),

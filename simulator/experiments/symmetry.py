@@ -37,8 +37,8 @@ import numpy as np
 from simulator.base.ir import Program
 from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
-from simulator.engine.exclusive import exclusive_dimensions
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
+from simulator.engine.link_sharing import exclusive_dimensions
 from simulator.engine.records import NotInLockstep
 from simulator.network.fabric import Fabric
 
@@ -223,9 +223,10 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
     represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
     options: dict[str, Any] = {"represents": represents,
                                "strict": automatic}  # automatic: stop at a divergence
-    exclusive = exclusive_dimensions(program, fabric, placement) if settle else None
+    exclusive, late = exclusive_dimensions(program, fabric, placement) if settle else \
+        (None, None)
     if exclusive:
-        options["exclusive"] = exclusive
+        options.update(exclusive=exclusive, late=late)
     passes = ("passes", "pipeline_streams") if replay and exclusive and program.steps and \
         base == ("batching",) else ()
     return Method((*base, "gangs", "call_groups",
