@@ -120,10 +120,10 @@ def alone_calls(ops: Sequence[Op], dims: frozenset, late: frozenset) -> list[int
     ops wait for, with every late call (``one_at_a_time`` holds for ``dims``).
     Every call on ``dims`` when a late dimension also sends messages (a message
     may arrive before its receiver waits for it)."""
-    calls = [op.kind is OpKind.COLLECTIVE and op.group in dims for op in ops]
-    lates = [op.group in late for op in ops]
     if not late:
         return []
+    calls = [op.kind is OpKind.COLLECTIVE and op.group in dims for op in ops]
+    lates = [op.group in late for op in ops]
     if any(op.kind is not OpKind.COLLECTIVE for op, is_late in zip(ops, lates, strict=True)
            if is_late):
         return [i for i, call in enumerate(calls) if call]
