@@ -148,12 +148,19 @@ def _start(tmp_path: Path, background: bool = False) -> tuple[subprocess.Popen, 
     assert main(["run", str(scenario), "--out", str(out)]) == 0  # a whole run is there
     proc = subprocess.Popen([sys.executable, "-c", _slow_writer(out, scenario, began,
                                                                  background)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     deadline = time.monotonic() + 60
     while not began.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert began.exists(), proc.communicate()
     return proc, out, scenario
+
+
+def _interruptible() -> None:
+    """Ctrl-C's default in the child even where the tests run as a background job
+    (whose shell ignores SIGINT, an ignoring its children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @LINUX
