@@ -1,16 +1,20 @@
 """Plug-in: collectives on links no other traffic can use run without the network.
 
-When no other group's traffic can touch a dimension's links (``exclusive_dimensions``
-checks that statically, e.g. tensor parallelism filling each server with no
-proxy routing through other GPUs), and a gang (``gangs``) is a whole group of
-that dimension, the group's call ends exactly at its isolated time plus
-latency once the gang arrives: nothing can slow it. It is then settled like a
-compute kernel, at a known future time, without the network; with
+When no other group's traffic can touch a dimension's links while a call runs
+(``link_sharing`` checks that statically: tensor parallelism filling each
+server with no proxy routing through other GPUs, context parallelism inside
+servers; with data-parallel groups sharing the servers, every call but those
+a reduction may overlap, ``alone_calls``), and a gang (``gangs``) is a whole
+group of that dimension, the group's call ends exactly at its isolated time
+plus latency once the gang arrives: nothing can slow it. It is then settled
+like a compute kernel, at a known future time, without the network; with
 ``batching`` the compute planner runs it inline, so a stage's forward or
-backward is one event.
+backward is one event. The calls a reduction may overlap run on the network
+(the stream then has a process).
 
 Contract: ``tests/test_parallelism.py::test_exclusive_tensor_parallel_links_give_the_same_timeline``
-(every span's end equals the full run's, with a quarter of the events).
+(every span's end equals the full run's, with a quarter of the events),
+``tests/test_engine_plugins.py::test_context_parallel_pipelines_run_alone_until_their_reductions``.
 """
 
 from __future__ import annotations
