@@ -18,6 +18,14 @@ Efficiencies: the share of a link's line rate that NCCL's copy kernels reach.
   effective NVLink rate.
 - InfiniBand: 192 GB/s all-reduce bus bandwidth from 8 x 25 GB/s HDR NICs
   (NCCL maintainer, NCCL issue #812): 0.96.
+
+DGX B200 (DGX B200 datasheet): 8 B200 on NVSwitch (NVLink 5, 1.8 TB/s per GPU
+both ways: 900 GB/s per direction, with NVLink SHARP), 8 ConnectX-7 400 Gb/s for
+the compute fabric, PCIe Gen5 to the NICs. NVLink 5's and NVLS's efficiencies
+are NVLink 4's (no published nccl-tests figure on B200 yet). DGX H800: a DGX
+H100 whose NVLink is cut to 400 GB/s per GPU both ways (200 GB/s per direction;
+``h800-sxm-80gb``), 8 x 400 Gb/s InfiniBand as DeepSeek-V3's cluster (arXiv
+2412.19437, Sec. 3.1: NVLink and NVSwitch inside nodes, InfiniBand between).
 """
 
 from __future__ import annotations
@@ -96,6 +104,18 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             name="dgx-h200", gpu="h200-sxm-141gb",
             description="NVIDIA DGX H200: 8x H200-141GB, NVSwitch (NVLS), 8x NDR 400 Gb/s",
             **_NVLINK4,
+        ),
+        "dgx-b200": ClusterSpec(
+            name="dgx-b200", gpu="b200-sxm-180gb",
+            description="NVIDIA DGX B200: 8x B200-180GB, NVSwitch (NVLink 5, NVLS), "
+                        "8x ConnectX-7 400 Gb/s",
+            **{**_NVLINK4, "nvlink_bandwidth": 900e9},
+        ),
+        "dgx-h800": ClusterSpec(
+            name="dgx-h800", gpu="h800-sxm-80gb",
+            description="DGX H800: 8x H800-80GB, NVSwitch (NVLS) at 200 GB/s per GPU per "
+                        "direction, 8x NDR 400 Gb/s",
+            **{**_NVLINK4, "nvlink_bandwidth": 200e9},
         ),
         "polaris": ClusterSpec(
             name="polaris",

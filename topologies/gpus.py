@@ -38,6 +38,13 @@ class GpuSpec:
     kernel_overhead: float = 2e-6  # seconds per kernel launch / tail
     kernel_table: Path | None = None  # measured kernel times (``simulator.compute.table``)
     overlap_slowdown: float = 1.0  # compute's slow-down while NCCL runs (``compute.contention``)
+    nvlink_generation: int = 0  # 0: not stated in the file
+    nvlink_bandwidth: float = 0.0  # bytes/s per GPU per direction (the datasheet's total / 2)
+    power_watts: float = 0.0  # maximum board power (TDP); 0: not stated
+    # where the efficiencies come from when no measurement of this GPU does (the
+    # summary's compute_model says so): "" for fitted ones
+    efficiencies_assumed: str = ""
+    aliases: tuple[str, ...] = ()  # short names a scenario may use (``gpu: b200``)
     notes: str = field(default="", compare=False)
 
     def peak(self, precision: str) -> float:
@@ -94,10 +101,31 @@ def load_gpu(path: Path) -> GpuSpec:
             **check_calibration(raw["calibration"], f"{path.name}: calibration"),
             kernel_table=_kernel_table(raw.get("kernel_table"), path),
             overlap_slowdown=_overlap_slowdown(raw.get("overlap_slowdown", 1.0), path),
+            **_interconnect(raw, path),
+            efficiencies_assumed=str(raw.get("efficiencies_assumed", "")),
+            aliases=tuple(str(a) for a in raw.get("aliases", ())),
             notes=str(path),
         )
     except (KeyError, TypeError) as error:
         raise GpuFileError(f"{path}: missing or malformed {error}") from None
+
+
+def _interconnect(raw: Mapping, path: Path) -> dict:
+    """The file's optional NVLink generation and per-direction bandwidth and its
+    power, checked (positive where given)."""
+    nvlink = raw.get("nvlink", {}) or {}
+    out = {"nvlink_generation": nvlink.get("generation", 0),
+           "nvlink_bandwidth": nvlink.get("bytes_per_s_per_direction", 0.0),
+           "power_watts": raw.get("power_watts", 0.0)}
+    for key, value in out.items():
+        try:  # (YAML reads 9.0e11, without an exponent sign, as text)
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number >= 0):
+            raise GpuFileError(f"{path}: {key} {value!r} must be a number >= 0")
+        out[key] = int(number) if key == "nvlink_generation" else number
+    return out
 
 
 def _kernel_table(name: object, path: Path) -> Path | None:
@@ -127,5 +155,16 @@ def calibrated(spec: GpuSpec, values: Mapping[str, float]) -> GpuSpec:
     return replace(spec, **{k: values[k] for k in CALIBRATION_FIELDS})
 
 
+def _by_name(specs: list[GpuSpec]) -> dict[str, GpuSpec]:
+    """Every GPU under its name and its aliases (a name used twice is a data error)."""
+    out: dict[str, GpuSpec] = {}
+    for spec in specs:
+        for name in (spec.name, *spec.aliases):
+            if name in out:
+                raise GpuFileError(f"GPU name {name!r} is used by two files")
+            out[name] = spec
+    return out
+
+
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
-    {spec.name: spec for spec in (load_gpu(p) for p in sorted(DATA.glob("*.yaml")))})
+    _by_name([load_gpu(p) for p in sorted(DATA.glob("*.yaml"))]))

@@ -23,10 +23,14 @@ def run(_args: argparse.Namespace) -> int:
               f"(x{c.nic_efficiency:g}), {c.fabric.name}, link latency "
               f"{c.link_latency * 1e6:g} us")
     print("gpus (cluster.gpu):")
-    for g in GPUS.values():
+    for g in {id(g): g for g in GPUS.values()}.values():  # (once, not per alias)
         peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items())
+        also = f" (also {', '.join(g.aliases)})" if g.aliases else ""
+        nvlink = (f", NVLink {g.nvlink_generation} {g.nvlink_bandwidth / 1e9:g} GB/s per "
+                  "direction" if g.nvlink_generation else "")
+        power = f", {g.power_watts:g} W" if g.power_watts else ""
         print(f"  {g.name:15} {g.memory_bytes / 2**30:.0f} GiB, HBM "
-              f"{g.hbm_bandwidth / 1e12:g} TB/s, dense TFLOP/s: {peaks}")
+              f"{g.hbm_bandwidth / 1e12:g} TB/s, dense TFLOP/s: {peaks}{nvlink}{power}{also}")
     print("models (model.preset):")
     for m in MODELS.values():
         params = parameter_count(m, 2048) / 1e9

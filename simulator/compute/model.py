@@ -32,6 +32,7 @@ class ComputeModel:
     memory_efficiency: float
     kernel_overhead: float
     table: object = field(default=None, compare=False)  # compute.table.KernelTable
+    assumed: str = field(default="", compare=False)  # the GPU file's efficiencies_assumed
 
     @classmethod
     def of(cls, gpu, precision: str) -> ComputeModel:
@@ -39,7 +40,7 @@ class ComputeModel:
         the GPU's kernel table where it has one for that precision."""
         roofline = cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
                        gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
-                       gpu.kernel_overhead)
+                       gpu.kernel_overhead, assumed=gpu.efficiencies_assumed)
         if gpu.kernel_table is None:
             return roofline
         from simulator.compute.table import for_gpu
@@ -48,9 +49,9 @@ class ComputeModel:
 
     def describe(self) -> str:
         """Which model times the kernels, for the run's summary."""
-        if self.table is None:
-            return "roofline"
-        return f"roofline corrected by the kernel table {self.table.describe()}"
+        if self.table is not None:
+            return f"roofline corrected by the kernel table {self.table.describe()}"
+        return f"roofline (efficiencies assumed: {self.assumed})" if self.assumed else "roofline"
 
     def efficiency(self, op: Op) -> float:
         """Fraction of peak FLOP/s that ``op`` reaches."""
