@@ -109,13 +109,13 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             name="dgx-b200", gpu="b200-sxm-180gb",
             description="NVIDIA DGX B200: 8x B200-180GB, NVSwitch (NVLink 5, NVLS), "
                         "8x ConnectX-7 400 Gb/s",
-            **{**_NVLINK4, "nvlink_bandwidth": 900e9},
+            **{**_NVLINK4, "nvlink_bandwidth": GPUS["b200-sxm-180gb"].nvlink_bandwidth},
         ),
         "dgx-h800": ClusterSpec(
             name="dgx-h800", gpu="h800-sxm-80gb",
             description="DGX H800: 8x H800-80GB, NVSwitch (NVLS) at 200 GB/s per GPU per "
                         "direction, 8x NDR 400 Gb/s",
-            **{**_NVLINK4, "nvlink_bandwidth": 200e9},
+            **{**_NVLINK4, "nvlink_bandwidth": GPUS["h800-sxm-80gb"].nvlink_bandwidth},
         ),
         "polaris": ClusterSpec(
             name="polaris",

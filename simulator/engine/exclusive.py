@@ -39,7 +39,9 @@ class ExclusiveLinks(Gangs):
                          and (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._alone_blocks: dict[tuple, tuple] = {}
-        self._inlinable: dict[int, list[tuple | None]] = {}  # per op tuple
+        # per op tuple, per op of an exclusive stream: (stream, position, the stream's
+        # previous op, whether it may run alone: no late call may overlap it)
+        self._inlinable: dict[int, list[tuple | None]] = {}
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
         self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
         self._shared: dict[int, list[int]] = {}  # per op tuple: calls a late call may overlap
@@ -63,20 +65,23 @@ class ExclusiveLinks(Gangs):
         if id(ops) not in self._inlinable:
             out: list[tuple | None] = [None] * len(ops)
             depended = depended_on(ops)
+            shared = self._shared[id(ops)] = alone_calls(ops, self._exclusive, self._late)
+            overlapped = set(shared)
             for stream, indices in self._streams[rank].items():
                 if all(ops[i].kind is OpKind.COLLECTIVE and ops[i].group in self._exclusive
                        for i in indices):  # a stream of exclusive calls only (tp's)
                     for position, i in enumerate(indices):
-                        out[i] = (stream, position, indices[position - 1] if position else None)
+                        out[i] = (stream, position, indices[position - 1] if position else None,
+                                  i not in overlapped)
                     self._awaited[(id(ops), stream)] = all(i in depended for i in indices)
             self._inlinable[id(ops)] = out
-            self._shared[id(ops)] = alone_calls(ops, self._exclusive, self._late)
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
         ops = self.program.ops[rank]
         if self._inlinable[id(ops)][indices[0]] is not None:
             # a stream of exclusive calls (all or none of a stream's ops are inlinable)
-            if self._awaited[(id(ops), stream)] and not self._shared[id(ops)] and all(
+            where = self._inlinable[id(ops)]
+            if self._awaited[(id(ops), stream)] and all(where[i][3] for i in indices) and all(
                     (g, rank) in self._covered for g in {ops[i].group for i in indices}):
                 self._lazy.add((rank, stream))
                 return self._no_process()
@@ -104,7 +109,7 @@ class ExclusiveLinks(Gangs):
         first matters, at the time the reference stream would have run it,
         without a process waking for every call."""
         ops, done = self.program.ops[rank], self.done[rank]
-        stream, position, _ = self._inlinable[id(ops)][op_index]
+        stream, position, _, _ = self._inlinable[id(ops)][op_index]
         indices = self._streams[rank][stream]
         while done[op_index] is None:
             i = indices[self._cursor[(rank, stream)]]
@@ -138,17 +143,17 @@ class ExclusiveLinks(Gangs):
             self._cursor[key] = pos + 1
             yield from self._collective(rank, i, op)
 
-    def _sharing(self, rank: int, op_index: int, end: int | None = None) -> bool:
-        """Whether a late call may share links with the call ``op_index`` (or with
-        any call in ``[op_index, end)``): it then runs on the network."""
+    def _sharing(self, rank: int, first: int, end: int) -> bool:
+        """Whether a late call may share links with a call in ``[first, end)``."""
         shared = self._shared[id(self.program.ops[rank])]
         if not shared:
             return False
-        at = bisect_left(shared, op_index)
-        return at < len(shared) and shared[at] < (op_index + 1 if end is None else end)
+        at = bisect_left(shared, first)
+        return at < len(shared) and shared[at] < end
 
     def _collective(self, rank: int, op_index: int, op: Op):
-        if (op.group, rank) in self._covered and not self._sharing(rank, op_index):
+        if (op.group, rank) in self._covered and self._inlinable[id(
+                self.program.ops[rank])][op_index][3]:
             self._alone(rank, op_index, op, self.env.now)
             return
         yield from super()._collective(rank, op_index, op)
@@ -161,12 +166,12 @@ class ExclusiveLinks(Gangs):
         where = self._inlinable[id(ops)][op_index]
         if where is None:
             return None
-        stream, position, previous = where
+        stream, position, previous, alone = where
         key = (rank, stream)
-        if self._cursor[key] != position:
+        if self._cursor[key] != position or not alone:
             return None
         op, done = ops[op_index], self.done[rank]
-        if (op.group, rank) not in self._covered or self._sharing(rank, op_index):
+        if (op.group, rank) not in self._covered:
             return None
         start = self.env.now if floor is None else floor
         for d in (*op.deps, previous) if previous is not None else op.deps:

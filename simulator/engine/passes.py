@@ -131,7 +131,7 @@ class Passes(ExclusiveLinks):
         done, ops = self.done[rank], self.program.ops[rank]
         compute_free, free = t, []  # free: each lane's
         for stream, first_call, _ in template.lanes:
-            _, position, previous = self._inlinable[id(ops)][first + first_call]
+            _, position, previous, _ = self._inlinable[id(ops)][first + first_call]
             if self._cursor[(rank, stream)] != position:
                 return None
             free.append(t)
@@ -226,7 +226,7 @@ class Passes(ExclusiveLinks):
         first, end = step
         ops, inlinable = self.program.ops[rank], self._inlinable[id(self.program.ops[rank])]
         slot = {i: n for n, i in enumerate(covered)}
-        lanes: dict[str, list] = {}  # stream: [first call's offset, calls]
+        lanes: dict[str, list] = {}  # stream: [its lane, first call's offset, calls]
         program, logged, rows = [], [], 0  # rows: log rows of the calls so far
         columns: dict[str, list] = {name: [] for name in SPAN_FIELDS}
         for n, i in enumerate(covered):
@@ -240,10 +240,9 @@ class Passes(ExclusiveLinks):
             block, times, uniform, own, plan, longest = self._alone_block(rank, op)
             if not uniform:
                 return None
-            lane = lanes.setdefault(inlinable[i][0], [i - first, 0])
-            lane[1] += 1
-            program.append((i - first, list(lanes).index(inlinable[i][0]), longest,
-                            times[own], inner, outer))
+            lane = lanes.setdefault(inlinable[i][0], [len(lanes), i - first, 0])
+            lane[2] += 1
+            program.append((i - first, lane[0], longest, times[own], inner, outer))
             _span(columns, op, "comm", rows + own)
             logged.append((n, block, times, own, plan))
             rows += len(block)
@@ -253,7 +252,7 @@ class Passes(ExclusiveLinks):
         return Template(
             len(self.span_runs.templates) - 1, end - first,
             sum(1 for i in covered if ops[i].stream == COMPUTE_STREAM),
-            tuple((stream, at, count) for stream, (at, count) in lanes.items()),
+            tuple((stream, at, count) for stream, (_, at, count) in lanes.items()),
             tuple(program), tuple(i - first for i in covered),
             max(n for n, (_, lane, *_) in enumerate(program) if lane < 0),
             tuple((slot[i], delta, category) for i in covered
