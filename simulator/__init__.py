@@ -50,7 +50,7 @@ def search(scenario: Any, space: dict | None = None, out: Any = None, top: int =
         model = model_from(base.get("model"), folder)
         training = training_from(base.get("training"), machine.gpu)
         space = layouts.default_space(machine.gpus, model.layers, model.heads,
-                                      machine.gpus // max(1, machine.nodes),
-                                      training.global_batch)
+                                      layouts.domain_of(machine), training.global_batch,
+                                      model.experts)
     out = Path(out) if out is not None else Path("runs") / f"{Path(scenario).stem}-search"
     return searching.run_search(scenario, space, out, top, workers)[0]

@@ -42,7 +42,7 @@ MIXED = [L.Layout(1, 1, 1, 16, 1, "none", 0, "1f1b", 1),
 def test_combinations_divide_evenly_and_keep_tensor_parallelism_in_a_server():
     space = L.check_space({"tp": [1, 2, 4, 8, 16], "pp": [1, 2, 3, 4, 8], "mbs": [1, 2, 3],
                            "schedule": ["1f1b", "interleaved"], "cp": [1, 2]})
-    found = L.combinations(space, world=32, layers=8, heads=16, gpus_per_node=8,
+    found = L.combinations(space, world=32, layers=8, heads=16, domain=8,
                            global_batch=64)
     assert found and len(set(found)) == len(found)
     for layout in found:
@@ -193,14 +193,20 @@ def test_a_space_file_gives_the_dimensions_and_flags_replace_one(tmp_path):
 
     args = Args()
     args.space = str(space)
-    for dim in ("tp", "pp", "cp", "mbs", "recompute", "zero", "schedule", "virtual_stages"):
+    for dim in ("tp", "pp", "cp", "ep", "mbs", "recompute", "zero", "schedule",
+                "virtual_stages"):
         setattr(args, dim, None)
     args.pp = "1-2"
     got = space_from(args, 16, 8, 16, 8, 32)
     assert got == {"tp": [1, 2], "pp": [1, 2], "mbs": [1, 2], "recompute": ["full"]}
     args.space = None
     default = space_from(args, 16, 8, 16, 8, 32)
-    assert default["pp"] == [1, 2] and default["tp"] == [1, 2, 4, 8]
+    assert default["pp"] == [1, 2] and default["tp"] == [1, 2, 4, 8] and default["ep"] == [1]
+    # a rack-scale NVLink domain lets tp grow past a server; experts add ep's powers of two
+    rack = space_from(args, 144, 8, 64, 72, 32, experts=64)
+    assert rack["tp"] == [1, 2, 4, 8, 16, 32, 64] and rack["ep"] == [1, 2, 4, 8, 16, 32, 64]
+    args.ep = "4,8"
+    assert space_from(args, 144, 8, 64, 72, 32, experts=64)["ep"] == [4, 8]
 
 
 def test_pipeline_messages_on_the_steady_state_cycle():
@@ -237,3 +243,17 @@ def test_the_search_simulates_on_dask_as_it_does_locally(tmp_path):
     local, _ = run_search(base, space, tmp_path / "local", top=3)
     columns = ["layout", "status", "iteration_time_s", "peak_memory_gib"]
     pd.testing.assert_frame_equal(on_dask[columns], local[columns])
+
+
+def test_a_rack_scale_domain_lets_tensor_parallelism_leave_the_tray_and_ep_is_searched():
+    base = {"name": "moe-rack", "cluster": {"preset": "gb200-nvl72", "nodes": 4},
+            "model": {"preset": "mixtral-8x7b", "kv_heads": 32},
+            "training": {"seq_len": 1024, "global_batch": 16, "micro_batch": 1},
+            "parallelism": {"tp": 1, "pp": 1}}
+    space = L.check_space({"tp": [8, 16], "pp": [1], "mbs": [1], "ep": [1, 8]})
+    good, refused = L.candidates(base, space)
+    assert {(layout.tp, layout.ep) for layout in good} >= {(8, 1), (16, 1), (8, 8)}
+    assert "ep8" in L.Layout(8, 1, 1, 2, 1, "none", 0, "1f1b", 1, 8).label
+    # on 8-GPU servers tp 16 leaves the NVLink domain: not in the space
+    base["cluster"] = {"preset": "dgx-b200", "nodes": 2}
+    assert all(layout.tp <= 8 for layout in L.candidates(base, space)[0])

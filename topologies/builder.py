@@ -10,7 +10,9 @@ edges, each with ``bandwidth`` (line rate in bytes/s in that direction),
 (``nvlink``, ``pcie``, ``network``).
 
 ``graph.graph["gpus"]`` lists the GPU names in placement order (server-major),
-so rank ``r`` of a job runs on ``graph.graph["gpus"][r]``.
+so rank ``r`` of a job runs on ``graph.graph["gpus"][r]``. Servers that share a
+rack-scale NVLink domain (``nvlink_domain``) are built by
+``topologies.nvlink_domain``: there ``node`` is the domain, ``tray`` the server.
 """
 
 from __future__ import annotations
@@ -21,16 +23,9 @@ from typing import Any
 import networkx as nx
 
 from topologies.clusters import CLUSTERS, ClusterSpec, IntraNode
-from topologies.links import Wire, link
+from topologies.links import Wire, gpu_name, link, nic_name
 from topologies.networks import NETWORKS
-
-
-def gpu_name(node: int, local: int) -> str:
-    return f"n{node}.gpu{local}"
-
-
-def nic_name(node: int, local: int) -> str:
-    return f"n{node}.nic{local}"
+from topologies.nvlink_domain import add_domains
 
 
 def add_server(graph: nx.DiGraph, node: int, spec: ClusterSpec) -> None:
@@ -91,12 +86,19 @@ def build_cluster(spec: ClusterSpec | str, nodes: int, **overrides: Any) -> nx.D
     whole = spec.fabric.whole_graph()
     if whole is not None:  # a kind that reads the whole cluster from a file
         return whole
-    graph = nx.DiGraph(name=f"{spec.name}x{nodes}", gpus_per_node=spec.gpus_per_node)
-    for node in range(nodes):
-        add_server(graph, node, spec)
-    if nodes > 1:
+    problem = spec.domain_problem()
+    if problem:
+        raise ValueError(f"nvlink_domain {spec.domain}: {problem}")
+    graph = nx.DiGraph(name=f"{spec.name}x{nodes}", gpus_per_node=spec.gpus_per_node,
+                       nvlink_domain=spec.domain)
+    if spec.domain == spec.gpus_per_node:
+        for node in range(nodes):
+            add_server(graph, node, spec)
         nics = [(node, k, nic_name(node, k)) for node in range(nodes)
                 for k in range(spec.nics_per_node)]
+    else:
+        nics = add_domains(graph, nodes, spec)
+    if len({graph.nodes[name]["node"] for _, _, name in nics}) > 1:
         wire = Wire(spec.nic_bandwidth, spec.link_latency, spec.nic_efficiency)
         spec.fabric.build(graph, nics, wire)
     graph.graph["routing"] = spec.fabric.routing  # the kind answers routes on its graph

@@ -22,10 +22,22 @@ Efficiencies: the share of a link's line rate that NCCL's copy kernels reach.
 DGX B200 (DGX B200 datasheet): 8 B200 on NVSwitch (NVLink 5, 1.8 TB/s per GPU
 both ways: 900 GB/s per direction, with NVLink SHARP), 8 ConnectX-7 400 Gb/s for
 the compute fabric, PCIe Gen5 to the NICs. NVLink 5's and NVLS's efficiencies
-are NVLink 4's (no published nccl-tests figure on B200 yet). DGX H800: a DGX
+are those measured on GB200 (``_NVLINK5``; the same NVLink 5 and NVSwitch
+generation). DGX H800: a DGX
 H100 whose NVLink is cut to 400 GB/s per GPU both ways (200 GB/s per direction;
 ``h800-sxm-80gb``), 8 x 400 Gb/s InfiniBand as DeepSeek-V3's cluster (arXiv
 2412.19437, Sec. 3.1: NVLink and NVSwitch inside nodes, InfiniBand between).
+
+GB200 NVL72 and GB300 NVL72 (NVIDIA GB200 NVL72 / GB300 NVL72 product pages
+and the DGX GB200 user guide): a rack of 18 compute trays, each with 2 Grace
+CPUs and 4 Blackwell GPUs, whose 72 GPUs reach one another through 9 NVLink
+switch trays at full NVLink 5 bandwidth (1.8 TB/s per GPU both ways, 130 TB/s
+in all), with NVLink SHARP. Built as one non-blocking NVSwitch per NVLink
+domain (``nvlink_domain`` GPUs; the switch trays' 18 chips give every GPU one
+link to each, so no pair of GPUs shares a bottleneck). Scale-out: one NIC per
+GPU, ConnectX-7 400 Gb/s on PCIe Gen5 x16 in GB200 trays, ConnectX-8 800 Gb/s
+on PCIe Gen6 x16 (128 GB/s per direction) in GB300 trays. ``nodes`` counts
+trays, as schedulers and Megatron-Bridge's recipes count them.
 """
 
 from __future__ import annotations
@@ -76,12 +88,40 @@ class ClusterSpec:
     ecmp_seed: int = setting(integer(0), 0)
     sharp: bool = setting(boolean, False)  # switches reduce in the network (InfiniBand SHARP)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
+    # GPUs per NVLink domain (0: one server's). A domain of several servers (trays)
+    # has one NVSwitch fabric joining all its GPUs, as NCCL's multi-node NVLink
+    # treats one node; each GPU keeps its own NIC for traffic between domains.
+    nvlink_domain: int = setting(integer(1), 0)
     description: str = ""
+
+    @property
+    def domain(self) -> int:
+        """GPUs that share one NVLink fabric (a server's unless ``nvlink_domain``)."""
+        return self.nvlink_domain or self.gpus_per_node
+
+    def domain_problem(self) -> str | None:
+        """Why this cluster cannot have its NVLink domain, or None."""
+        if self.domain == self.gpus_per_node:
+            return None
+        if self.intra_node is not IntraNode.NVSWITCH:
+            return (f"an NVLink domain across servers needs NVSwitch; this cluster's GPUs "
+                    f"are joined by an NVLink {self.intra_node.value}")
+        if self.nics_per_node != self.gpus_per_node:
+            return (f"an NVLink domain other than one server's needs one NIC per GPU; this "
+                    f"cluster has {self.nics_per_node} NICs for {self.gpus_per_node} GPUs "
+                    f"per server")
+        return None
 
 
 _NVLINK4 = dict(nvlink_bandwidth=450e9, nvlink_efficiency=0.822, nvls=True, nics_per_node=8,
                 nic_bandwidth=50e9, pcie_bandwidth=64e9, intra_node=IntraNode.NVSWITCH,
                 gpus_per_node=8)
+# NVLink 5 (Blackwell), from nccl-tests on GB200: a ring all-reduce over one tray's
+# 4 GPUs reaches 679.61 GB/s bus bandwidth at 8 GB (Azure ND GB200 v6, NCCL 2.25.1):
+# 0.755 of 900 GB/s; NVLS over the 72 GPUs of an NVL72 rack 429.37 GB/s algorithm
+# bandwidth at 8 GB (CoreWeave nccl-tests README, NCCL 2.26.2, in place): 0.643 of
+# the S(n+1)/n bytes each GPU moves each way at the ring's effective rate.
+_NVLINK5 = {**_NVLINK4, "nvlink_efficiency": 0.755, "nvls_efficiency": 0.643}
 
 CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
     {
@@ -109,13 +149,28 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             name="dgx-b200", gpu="b200-sxm-180gb",
             description="NVIDIA DGX B200: 8x B200-180GB, NVSwitch (NVLink 5, NVLS), "
                         "8x ConnectX-7 400 Gb/s",
-            **{**_NVLINK4, "nvlink_bandwidth": GPUS["b200-sxm-180gb"].nvlink_bandwidth},
+            **{**_NVLINK5, "nvlink_bandwidth": GPUS["b200-sxm-180gb"].nvlink_bandwidth},
         ),
         "dgx-h800": ClusterSpec(
             name="dgx-h800", gpu="h800-sxm-80gb",
             description="DGX H800: 8x H800-80GB, NVSwitch (NVLS) at 200 GB/s per GPU per "
                         "direction, 8x NDR 400 Gb/s",
             **{**_NVLINK4, "nvlink_bandwidth": GPUS["h800-sxm-80gb"].nvlink_bandwidth},
+        ),
+        "gb200-nvl72": ClusterSpec(
+            name="gb200-nvl72", gpu="gb200-186gb", nvlink_domain=72,
+            description="NVIDIA GB200 NVL72: trays of 4x GB200-186GB (2 Grace), NVLink 5 "
+                        "across the 72-GPU rack (NVLS), a ConnectX-7 400 Gb/s per GPU",
+            **{**_NVLINK5, "gpus_per_node": 4, "nics_per_node": 4,
+               "nvlink_bandwidth": GPUS["gb200-186gb"].nvlink_bandwidth},
+        ),
+        "gb300-nvl72": ClusterSpec(
+            name="gb300-nvl72", gpu="gb300-288gb", nvlink_domain=72,
+            description="NVIDIA GB300 NVL72: trays of 4x GB300-288GB (2 Grace), NVLink 5 "
+                        "across the 72-GPU rack (NVLS), a ConnectX-8 800 Gb/s per GPU",
+            **{**_NVLINK5, "gpus_per_node": 4, "nics_per_node": 4, "nic_bandwidth": 100e9,
+               "pcie_bandwidth": 128e9,
+               "nvlink_bandwidth": GPUS["gb300-288gb"].nvlink_bandwidth},
         ),
         "polaris": ClusterSpec(
             name="polaris",

@@ -37,6 +37,7 @@ import networkx as nx
 
 from simulator.base.fields import ScenarioError, fail
 from simulator.base.units import UnitError, parse_time
+from topologies.links import tray_of
 
 KINDS = ("link", "nic", "switch")  # (also the order they are applied in: a link before
 # the part it ends at is removed)
@@ -228,10 +229,10 @@ def _usable_nics(graph: nx.DiGraph) -> dict[int, list[str]]:
     if not parts:
         return {}
     main = max(parts, key=lambda p: (len(p & nics), -min(
-        int(graph.nodes[n]["node"]) for n in p & nics)))
+        tray_of(graph.nodes[n]) for n in p & nics)))
     out: dict[int, list[str]] = {}
     for name in sorted(main & nics):
-        out.setdefault(int(graph.nodes[name]["node"]), []).append(name)
+        out.setdefault(tray_of(graph.nodes[name]), []).append(name)
     return out
 
 
@@ -248,7 +249,7 @@ def _move_gpus_off_lost_nics(graph: nx.DiGraph, before: nx.DiGraph) -> None:
     if len({int(d["node"]) for _, d in gpus}) < 2:
         return
     for name, data in sorted(gpus):
-        nic, node = data["nic"], int(data["node"])
+        nic, node = data["nic"], tray_of(data)
         if nic in usable.get(node, ()) and graph.has_edge(name, nic) and graph.has_edge(nic, name):
             continue
         index = int(before.nodes[nic].get("local", 0))

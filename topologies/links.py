@@ -1,4 +1,5 @@
-"""Wiring helpers the network builders share: link figures, full-duplex links, switches."""
+"""Wiring helpers the builders share: GPU and NIC names, link figures, full-duplex
+links, switches."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ from dataclasses import dataclass
 import networkx as nx
 
 Nic = tuple[int, int, str]  # (server, index in server, node name)
+
+
+def gpu_name(node: int, local: int) -> str:
+    return f"n{node}.gpu{local}"
+
+
+def nic_name(node: int, local: int) -> str:
+    return f"n{node}.nic{local}"
+
+
+def tray_of(data: dict) -> int:
+    """The server (tray) of a GPU or NIC node's attributes: its ``tray`` in a
+    rack-scale NVLink domain (``topologies.nvlink_domain``), else its ``node``."""
+    return int(data.get("tray", data["node"]))
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> s
         *_job_lines(summary),
         *_moe_lines(summary),
         *_straggler_lines(summary),
+        *([f"nvlink           {summary['nvlink_domains']}"] if "nvlink_domains" in summary
+          else []),
         *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
         *(["blame            " + "; ".join(
             f"{c['kind']} {c['cause']} {format_time(c['seconds'])}" for c in summary["blame"][:3])

@@ -18,6 +18,8 @@ FLAGS = {  # dimension -> (flag, value type, help)
     "tp": ("--tp", int, "tensor-parallel sizes, e.g. 1,2,4,8"),
     "pp": ("--pp", int, "pipeline-parallel sizes, e.g. 1-16 (divisors of the layers)"),
     "cp": ("--cp", int, "context-parallel sizes (default 1)"),
+    "ep": ("--ep", int, "expert-parallel sizes (default: powers of two dividing the experts, "
+                        "within the NVLink domain)"),
     "mbs": ("--mbs", int, "micro-batch sizes, e.g. 1,2,4"),
     "recompute": ("--recompute", str, "none,selective,full"),
     "zero": ("--zero", int, "ZeRO stages, e.g. 0,1,3"),
@@ -52,20 +54,21 @@ def add_parser(sub) -> None:
 
 
 def space_from(args: argparse.Namespace, world: int, layers: int, heads: int,
-               per_node: int, batch: int) -> dict[str, list]:
+               domain: int, batch: int, experts: int = 0) -> dict[str, list]:
     """The search space: ``--space default`` (or nothing given) is every valid
     layout, a file gives dimensions, and flags replace a dimension's values."""
     from simulator.experiments import layouts as L
 
     flags = {dim: getattr(args, dim) for dim in FLAGS if getattr(args, dim) is not None}
     if args.space in (None, "default"):
-        space = L.default_space(world, layers, heads, per_node, batch)
+        space = L.default_space(world, layers, heads, domain, batch, experts)
     else:
         raw = read_yaml(args.space, "search space file")
         if not isinstance(raw, dict):
             raise ScenarioError(f"--space: {args.space} must map dimensions to value lists")
         space = {k: (v if isinstance(v, list) else [v]) for k, v in raw.items()}
-    most = {"tp": world, "pp": world, "cp": world, "mbs": batch, "virtual_stages": layers}
+    most = {"tp": world, "pp": world, "cp": world, "ep": world, "mbs": batch,
+            "virtual_stages": layers}
     for dim, text in flags.items():
         flag, kind, _ = FLAGS[dim]
         space[dim] = L.parse_values(text, flag, kind, most.get(dim))
@@ -90,6 +93,7 @@ class _Bar:
 
 def run(args: argparse.Namespace) -> int:
     from simulator.config.scenario import machine_from, model_from, read_raw, training_from
+    from simulator.experiments import layouts as L
 
     if args.top < 1 or args.workers < 1:
         raise ScenarioError(f"--top {args.top} and --workers {args.workers} must be at least 1")
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_from(base.get("model"), base_dir)
     training = training_from(base.get("training"), machine.gpu)
     space = space_from(args, machine.gpus, model.layers, model.heads,
-                       machine.gpus // max(1, machine.nodes), training.global_batch)
+                       L.domain_of(machine), training.global_batch, model.experts)
     name = str(base.get("name") or Path(args.scenario).stem)
     out = options.output_dir(args.out or Path("runs") / f"{file_name(name)}-search", "--out")
     with out_dirs.exclusive(out, "--out"):  # a second search into out is refused

@@ -131,6 +131,9 @@ def _cluster(values: dict[str, Any]) -> tuple[ClusterSpec, GpuSpec]:
     overrides = {k: v for k, v in values.items() if k in schema_of(ClusterSpec) and v is not None}
     preset = CLUSTERS[values["preset"]]
     spec = dataclasses.replace(preset, fabric=_fabric(preset.fabric, values), **overrides)
+    problem = spec.domain_problem()
+    if problem:
+        raise fail("cluster.nvlink_domain", spec.domain, problem)
     return spec, GPUS[spec.gpu]
 
 

@@ -138,7 +138,7 @@ class Estimator:
         self._collective: dict[tuple, float] = {}
         machine = scenario.machine  # synchronous training waits for its slowest GPU
         speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
-                                   [int(self.graph.nodes[g]["node"]) for g in self.gpus])
+                                   [self.fabric.tray_of(g) for g in self.gpus])
         self.slowest = 1.0 if speed is None else float(speed.max())
 
     def estimate(self, scenario: Scenario) -> Estimate:

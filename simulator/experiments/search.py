@@ -97,13 +97,14 @@ def _largest(e) -> str:
 
 def _fields(layout: L.Layout) -> dict[str, Any]:
     return {name: getattr(layout, name) for name in
-            ("tp", "pp", "cp", "dp", "mbs", "recompute", "zero", "schedule", "virtual_stages")}
+            ("tp", "pp", "cp", "dp", "mbs", "recompute", "zero", "schedule", "virtual_stages",
+             "ep")}
 
 
 def layout_of(row: Mapping[str, Any]) -> L.Layout:
     return L.Layout(*(row[name] if not hasattr(row[name], "item") else row[name].item()
                       for name in ("tp", "pp", "cp", "dp", "mbs", "recompute", "zero",
-                                   "schedule", "virtual_stages")))
+                                   "schedule", "virtual_stages", "ep") if name in row))
 
 
 def load_or_estimate(out: Path, base: Mapping[str, Any], found: list[L.Layout],
@@ -165,7 +166,7 @@ def _searchable(base: Mapping[str, Any]) -> dict[str, Any]:
     contradict a ``zero`` stage)."""
     raw = dict(base)
     raw["parallelism"] = {k: v for k, v in (base.get("parallelism") or {}).items()
-                          if k not in ("tp", "pp", "cp", "dp", "fsdp")}
+                          if k not in L.LAYOUT_KEYS}
     return raw
 
 
@@ -175,9 +176,9 @@ def ranked(table: pd.DataFrame, simulated: Mapping[str, dict], capacity_gib: flo
     by estimate; the estimate's error where both exist."""
     rows = []
     for _, row in table.iterrows():
-        out = {k: row[k] for k in ("layout", "tp", "pp", "cp", "dp", "mbs", "recompute",
+        out = {k: row[k] for k in ("layout", "tp", "pp", "cp", "dp", "ep", "mbs", "recompute",
                                     "zero", "schedule", "virtual_stages", "estimate_s",
-                                    "why")}
+                                    "why") if k in row}
         out["peak_memory_gib"] = row["estimate_peak_gib"]
         out["estimate_tokens_per_s"] = row["tokens"] / row["estimate_s"]
         run = simulated.get(row["layout"])
@@ -228,7 +229,8 @@ def run_search(base_path: str | Path, space: Mapping[str, list], out: str | Path
     out.mkdir(parents=True, exist_ok=True)
     base = read_raw(base_path)
     base_dir = Path(base_path).parent
-    found, refused = L.candidates(_searchable(base), L.check_space(space), base_dir)
+    space = L.check_space(space, (base.get("parallelism") or {}).get("ep", 1))
+    found, refused = L.candidates(_searchable(base), space, base_dir)
     if not found:
         raise L.SearchError("no layout of the search space can run this scenario"
                             + (f"; the first refused: {next(iter(refused.values()))}"

@@ -21,8 +21,8 @@ from simulator.config.scenario import from_dict
 from simulator.experiments.layouts import Layout
 from simulator.experiments.runner import RunResult, run
 
-PARTS = ("compute", "recompute", "bubble", "exposed tp", "exposed cp", "exposed dp",
-         "exposed pp", "waiting", "other")
+PARTS = ("compute", "recompute", "bubble", "exposed tp", "exposed cp", "exposed ep",
+         "exposed dp", "exposed pp", "waiting", "other")
 
 
 def scenario_of(base: Mapping[str, Any], layout: Layout, name: str) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def parts(result: RunResult) -> dict[str, float]:
     share = max(0.0, 1.0 - model_flops / s["hardware_flops"]) if s["hardware_flops"] else 0.0
     out = {"compute": s["compute_s"] * (1 - share), "recompute": s["compute_s"] * share,
            "bubble": s["bubble_s"], "waiting": s["comm_wait_s"]}
-    for dim in ("tp", "cp", "dp", "pp"):
+    for dim in ("tp", "cp", "ep", "dp", "pp"):
         out[f"exposed {dim}"] = float(mine.get(dim, 0.0))
     out["other"] = s["iteration_time_s"] - sum(out.values())
     return {part: out[part] for part in PARTS}

@@ -121,7 +121,14 @@ class Fabric:
         return server, kind
 
     def node_of(self, gpu: str) -> int:
+        """The GPU's server as NCCL sees it: its NVLink domain."""
         return int(self.graph.nodes[gpu]["node"])
+
+    def tray_of(self, gpu: str) -> int:
+        """The GPU's server as ``cluster.nodes`` counts them (a tray of a rack-scale
+        NVLink domain; otherwise ``node_of``)."""
+        data = self.graph.nodes[gpu]
+        return int(data.get("tray", data["node"]))
 
     def nvswitch(self, node: int) -> str | None:
         """The NVSwitch of server ``node`` that offers NVLS, if there is one."""

@@ -3,7 +3,8 @@
 Same-rail traffic between servers of one leaf block crosses a single switch.
 NCCL's PXN (PCI x NVLink) keeps traffic on one rail: data bound for another
 server first crosses NVLink to the local GPU whose NIC is on the destination
-NIC's rail, then leaves through that NIC.
+NIC's rail, then leaves through that NIC (in a rack-scale NVLink domain, a GPU
+of its own tray where one is on that rail).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from topologies.links import Nic, Wire, link, spines_over, switch
+from topologies.links import Nic, Wire, link, spines_over, switch, tray_of
 from topologies.networks.base import NetworkSpec, leaf_ports_setting, oversubscription_setting
 from topologies.routing import Routing
 
@@ -25,9 +26,11 @@ class PxnRouting(Routing):
     proxies_through_peers = True
 
     def head(self, src: str, dst_nic: str) -> list[str]:
-        rail = self.graph.nodes[dst_nic]["local"]
-        for gpu in self.server_gpus[self.graph.nodes[src]["node"]]:
-            if self.graph.nodes[self.graph.nodes[gpu]["nic"]]["local"] == rail:
+        nodes = self.graph.nodes
+        rail, tray = nodes[dst_nic]["local"], tray_of(nodes[src])
+        peers = self.server_gpus[nodes[src]["node"]]  # its own tray's GPUs first
+        for gpu in sorted(peers, key=lambda g: tray_of(nodes[g]) != tray):
+            if nodes[nodes[gpu]["nic"]]["local"] == rail:
                 return nx.shortest_path(self.graph, src, gpu) if gpu != src else [src]
         return [src]
 
