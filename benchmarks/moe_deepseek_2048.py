@@ -11,6 +11,7 @@ was simulated, the iteration and what routing came to.
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,27 +31,34 @@ SCENARIO = {
 }
 
 
-def main() -> None:
+def run(scenario: dict, layout: str) -> dict:
+    """Run ``scenario`` as the whole ``clustersim run`` command in a fresh process;
+    print its figures (``layout`` describes it) and return its summary."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "scenario.yaml"
-        path.write_text(yaml.safe_dump(SCENARIO))
+        path.write_text(yaml.safe_dump(scenario))
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "simulator", "run", str(path), "--out",
                                str(Path(folder) / "out")], capture_output=True, text=True)
         wall = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
         if done.returncode:
             sys.exit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
         s = json.loads((Path(folder) / "out" / "summary.json").read_text())
-    print(f"scenario            {SCENARIO['name']}: {s['gpus']:,} GPUs, EP 64, PP 16, "
+    print(f"scenario            {scenario['name']}: {s['gpus']:,} GPUs, {layout}, "
           f"{s['micro_batches']} micro-batches per pipeline")
     print(f"simulated iteration {s['iteration_time_s']:.2f} s, MFU {s['mfu']:.1%}, "
           f"exposed comm {s['exposed_comm_s']:.2f} s, bubble {s['bubble_s']:.2f} s")
     print(f"routing             {s['moe_routing']}: busiest EP rank x"
           f"{s['moe_rank_imbalance']:.3f} the mean")
+    if "nvlink_domains" in s:
+        print(f"nvlink              {s['nvlink_domains']}")
     print(f"ranks               {s['simulation']}")
     print(f"events              {s['events']:,} (simulation {s['wall_s']:.1f} s)")
-    print(f"wall time           {wall:.1f} s, the whole command (target 30 s)")
+    print(f"wall time           {wall:.1f} s, the whole command (target 30 s); peak RSS "
+          f"{peak:.2f} GiB")
+    return s
 
 
-if __name__ == "__main__":
-    main()
+def main() -> None:
+    run(SCENARIO, "EP 64, PP 16")

@@ -54,20 +54,32 @@ class Routing:
         self._nic_index = {n: i for i, n in enumerate(nics)}  # the NIC's ordinal
         self._ecmp = graph.graph.get("ecmp", ("d-mod-k", 0))  # (rule, seed): ``pick``
         self.server_gpus: dict[int, list[str]] = {}
+        self._nvswitch: dict[str, set[str]] = {}  # GPU -> the NVSwitches it links both ways
         for name, data in graph.nodes(data=True):
             if data.get("kind") == "gpu":
                 self.server_gpus.setdefault(int(data["node"]), []).append(name)
+                self._nvswitch[name] = {n for n in graph.successors(name) if graph.nodes[n].get(
+                    "kind") == "nvswitch" and graph.has_edge(n, name)}
 
     def path(self, src: str, dst: str) -> list[str]:
         """The nodes a transfer from GPU ``src`` to GPU ``dst`` crosses, both included."""
         nodes = self.graph.nodes
         if nodes[src]["node"] == nodes[dst]["node"]:
-            return nx.shortest_path(self.graph, src, dst)
+            return self.inside(src, dst)
         dst_nic = nodes[dst]["nic"]
         head = self.head(src, dst_nic)
         src_nic = nodes[head[-1]]["nic"]
         paths = self._paths_between(self.leaf(src_nic), self.leaf(dst_nic))
         return [*head, src_nic, *paths[self.pick(src_nic, dst_nic, len(paths))], dst_nic, dst]
+
+    def inside(self, src: str, dst: str) -> list[str]:
+        """A path between two GPUs of one server or NVLink domain: through the
+        NVSwitch both link to (a rack has 72 GPUs on one, so every pair of an
+        expert-parallel group needs one: no graph search), else the shortest path."""
+        shared = self._nvswitch.get(src, set()) & self._nvswitch.get(dst, set())
+        if shared and src != dst:
+            return [src, min(shared), dst]
+        return nx.shortest_path(self.graph, src, dst)
 
     def pick(self, src_nic: str, dst_nic: str, count: int) -> int:
         """Which of ``count`` equal-cost switch paths the pair's traffic takes."""

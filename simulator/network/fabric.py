@@ -61,6 +61,7 @@ class Fabric:
                 kinds.append(data.get("link", "network"))
         self.capacity = self._capacity(graph)
         self.latency = np.array(latency)
+        self._latency = latency  # (the same as a list: a route's few links sum faster)
         self._link_kind = kinds
         self._ends = list(self.index)  # per link id: (from, to)
         self._routes: dict[tuple[str, str], Route] = {}
@@ -154,7 +155,9 @@ class Fabric:
                 raise FabricError(f"the route {src} -> {dst} needs the link {missing[0]} -> "
                                   f"{missing[1]}, which the fabric does not have")
             links = tuple(self.index[hop] for hop in hops)
-            cached = Route(links, float(self.latency[list(links)].sum()), self._transport(links))
+            latency = (sum((self._latency[i] for i in links), 0.0) if len(links) < 8  # numpy's
+                       else float(self.latency[list(links)].sum()))  # pairwise sum adds them
+            cached = Route(links, latency, self._transport(links))
             self._routes[key] = cached
         return cached
 

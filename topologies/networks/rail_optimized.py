@@ -31,7 +31,7 @@ class PxnRouting(Routing):
         peers = self.server_gpus[nodes[src]["node"]]  # its own tray's GPUs first
         for gpu in sorted(peers, key=lambda g: tray_of(nodes[g]) != tray):
             if nodes[nodes[gpu]["nic"]]["local"] == rail:
-                return nx.shortest_path(self.graph, src, gpu) if gpu != src else [src]
+                return self.inside(src, gpu) if gpu != src else [src]
         return [src]
 
 
