@@ -47,11 +47,23 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
-from simulator.base.fields import BANDWIDTH, EFFICIENCY, LATENCY, boolean, choice, integer, setting
+from simulator.base import units
+from simulator.base.fields import (
+    BANDWIDTH,
+    EFFICIENCY,
+    LATENCY,
+    boolean,
+    choice,
+    integer,
+    quantity,
+    setting,
+)
 from topologies.gpus import GPUS
 from topologies.networks import NetworkSpec
 from topologies.networks.dragonfly import Dragonfly
 from topologies.networks.fat_tree import FatTree
+
+SIZE = quantity(units.Dimension.SIZE, positive=True)
 
 
 class IntraNode(Enum):
@@ -92,7 +104,18 @@ class ClusterSpec:
     # has one NVSwitch fabric joining all its GPUs, as NCCL's multi-node NVLink
     # treats one node; each GPU keeps its own NIC for traffic between domains.
     nvlink_domain: int = setting(integer(1), 0)
+    # Host memory and the GPU's link to it, per GPU (a server's shared equally): what
+    # activation and optimizer offloading use (``host_rates``; sources in HOSTS)
+    host_memory: float = setting(SIZE, 256e9)  # bytes of host DRAM per GPU
+    host_memory_bandwidth: float = setting(BANDWIDTH, 76.8e9)  # bytes/s per GPU
+    host_link_bandwidth: float = setting(BANDWIDTH, 64e9)  # bytes/s each way (PCIe Gen5 x16)
+    host_link_efficiency: float = setting(EFFICIENCY, 0.8125)  # share of it copies reach
     description: str = ""
+
+    def host_rates(self) -> tuple[float, float]:
+        """(bytes/s a GPU copies to or from host memory, bytes/s of host memory
+        bandwidth its host work gets)."""
+        return self.host_link_bandwidth * self.host_link_efficiency, self.host_memory_bandwidth
 
     @property
     def domain(self) -> int:
@@ -112,6 +135,32 @@ class ClusterSpec:
                     f"per server")
         return None
 
+
+# Host memory per GPU (the server's DRAM and its bandwidth over its GPUs) and the
+# GPU-host link; copies reach 52 of PCIe Gen5 x16's 64 GB/s (nvbandwidth host to
+# device and back on Azure ND H200 v5, Xeon 8480C: 0.8125) and 197 of the 225 GB/s
+# per GPU of a Grace superchip's NVLink-C2C (900 GB/s both ways for 2 GPUs; Azure
+# ND GB200 v6 nvbandwidth 201 and 193 GB/s: 0.876).
+HOSTS = {
+    # DGX A100 user guide: 2x AMD EPYC 7742 (8 channels DDR4-3200, 204.8 GB/s each), 1 TB;
+    # PCIe Gen4 x16 to each GPU
+    "epyc-7742": dict(host_memory=128e9, host_memory_bandwidth=51.2e9,
+                      host_link_bandwidth=32e9),
+    # DGX H100/H200 user guide: 2x Xeon Platinum 8480C (8 channels DDR5-4800, 307.2 GB/s
+    # each), 2 TB; PCIe Gen5 x16
+    "xeon-8480c": dict(host_memory=256e9, host_memory_bandwidth=76.8e9, host_link_bandwidth=64e9),
+    # DGX B200 user guide: 2x Xeon Platinum 8570 (8 channels DDR5-5600, 358.4 GB/s each),
+    # 2 TB; PCIe Gen5 x16
+    "xeon-8570": dict(host_memory=256e9, host_memory_bandwidth=89.6e9, host_link_bandwidth=64e9),
+    # ALCF Polaris: 1 AMD EPYC 7543P (8 channels DDR4-3200), 512 GB for 4 GPUs; PCIe Gen4
+    "epyc-7543p": dict(host_memory=128e9, host_memory_bandwidth=51.2e9,
+                       host_link_bandwidth=32e9),
+    # Grace (GB200/GB300 NVL72: 17 TB LPDDR5X and 14 TB/s a rack, 472 GB and 384 GB/s a
+    # Grace, per Verda's GB300 NVL72 report) for 2 GPUs; NVLink-C2C 450 GB/s each way a
+    # superchip
+    "grace": dict(host_memory=236e9, host_memory_bandwidth=192e9, host_link_bandwidth=225e9,
+                  host_link_efficiency=0.876),
+}
 
 _NVLINK4 = dict(nvlink_bandwidth=450e9, nvlink_efficiency=0.822, nvls=True, nics_per_node=8,
                 nic_bandwidth=50e9, pcie_bandwidth=64e9, intra_node=IntraNode.NVSWITCH,
@@ -133,36 +182,39 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             nvlink_bandwidth=300e9,
             nics_per_node=8,
             nic_bandwidth=25e9,
+            **HOSTS["epyc-7742"],
             description="NVIDIA DGX A100: 8x A100-80GB, NVSwitch, 8x HDR 200 Gb/s",
         ),
         "dgx-h100": ClusterSpec(
             name="dgx-h100", gpu="h100-sxm-80gb",
             description="NVIDIA DGX H100: 8x H100-80GB, NVSwitch (NVLS), 8x NDR 400 Gb/s",
-            **_NVLINK4,
+            **_NVLINK4, **HOSTS["xeon-8480c"],
         ),
         "dgx-h200": ClusterSpec(
             name="dgx-h200", gpu="h200-sxm-141gb",
             description="NVIDIA DGX H200: 8x H200-141GB, NVSwitch (NVLS), 8x NDR 400 Gb/s",
-            **_NVLINK4,
+            **_NVLINK4, **HOSTS["xeon-8480c"],
         ),
         "dgx-b200": ClusterSpec(
             name="dgx-b200", gpu="b200-sxm-180gb",
             description="NVIDIA DGX B200: 8x B200-180GB, NVSwitch (NVLink 5, NVLS), "
                         "8x ConnectX-7 400 Gb/s",
             **{**_NVLINK5, "nvlink_bandwidth": GPUS["b200-sxm-180gb"].nvlink_bandwidth},
+            **HOSTS["xeon-8570"],
         ),
         "dgx-h800": ClusterSpec(
             name="dgx-h800", gpu="h800-sxm-80gb",
             description="DGX H800: 8x H800-80GB, NVSwitch (NVLS) at 200 GB/s per GPU per "
                         "direction, 8x NDR 400 Gb/s",
             **{**_NVLINK4, "nvlink_bandwidth": GPUS["h800-sxm-80gb"].nvlink_bandwidth},
+            **HOSTS["xeon-8480c"],
         ),
         "gb200-nvl72": ClusterSpec(
             name="gb200-nvl72", gpu="gb200-186gb", nvlink_domain=72,
             description="NVIDIA GB200 NVL72: trays of 4x GB200-186GB (2 Grace), NVLink 5 "
                         "across the 72-GPU rack (NVLS), a ConnectX-7 400 Gb/s per GPU",
             **{**_NVLINK5, "gpus_per_node": 4, "nics_per_node": 4,
-               "nvlink_bandwidth": GPUS["gb200-186gb"].nvlink_bandwidth},
+               "nvlink_bandwidth": GPUS["gb200-186gb"].nvlink_bandwidth}, **HOSTS["grace"],
         ),
         "gb300-nvl72": ClusterSpec(
             name="gb300-nvl72", gpu="gb300-288gb", nvlink_domain=72,
@@ -170,7 +222,7 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
                         "across the 72-GPU rack (NVLS), a ConnectX-8 800 Gb/s per GPU",
             **{**_NVLINK5, "gpus_per_node": 4, "nics_per_node": 4, "nic_bandwidth": 100e9,
                "pcie_bandwidth": 128e9,
-               "nvlink_bandwidth": GPUS["gb300-288gb"].nvlink_bandwidth},
+               "nvlink_bandwidth": GPUS["gb300-288gb"].nvlink_bandwidth}, **HOSTS["grace"],
         ),
         "polaris": ClusterSpec(
             name="polaris",
@@ -182,6 +234,7 @@ CLUSTERS: Mapping[str, ClusterSpec] = MappingProxyType(
             nic_bandwidth=25e9,
             link_latency=1.5e-6,
             fabric=Dragonfly(router_nodes=8, group_routers=8, global_links=8),
+            **HOSTS["epyc-7543p"],
             description="ALCF Polaris: 4x A100-40GB, NVLink mesh, 2x Slingshot-11 "
                         "200 Gb/s, dragonfly",
         ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from simulator.base.ir import EP_STREAM, TP_STREAM, Phase
 from workloads import kernels as K
+from workloads import offload
 from workloads.memory import Recompute
 from workloads.stage import Stage, kernel_cost
 from workloads.stage_memory import layer_memory, memory_by_kind
@@ -129,6 +130,7 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     order = list(layers) if forward else list(layers)[::-1]
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     pending = _gather_next(b, order[0], phase, mb, None) if regather and order else None
+    reloads: dict[int, int] = {}  # offloaded layer -> its copy back (``offload.copy_in``)
     for n, layer in enumerate(order):
         kept, transient = memory[ctx.model.is_moe_layer(layer)]
         free = sharded.freed_layer(ctx, layer) if frees else ()
@@ -146,11 +148,20 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
             if pending is None and layer in b.param_ready:  # overlap_param_gather
                 pending = (b.param_ready.pop(layer),)
             layer_pass(b, layer, mb, True, pending or (), ((kept, "activations"),) + free)
+            if layer in b.offloaded:
+                offload.copy_out(b, layer, mb, kept)
         else:
+            back = reloads.pop(layer, None)
+            if back is None and layer in b.offloaded:  # (no layer before it to hide it)
+                back = offload.copy_in(b, layer, mb, kept)
+            if nxt is not None and nxt in b.offloaded and n + 1 < len(order):
+                reloads[nxt] = offload.copy_in(b, nxt, mb, memory[
+                    ctx.model.is_moe_layer(nxt)][0])  # one layer ahead
+            waits = (*(pending or ()), *(() if back is None else (back,)))
             if ctx.training.recompute is Recompute.FULL:
-                layer_pass(b, layer, mb, True, pending or (), ((transient, "activations"),))
-                pending = None
-            layer_pass(b, layer, mb, False, pending or (),
+                layer_pass(b, layer, mb, True, waits, ((transient, "activations"),))
+                pending, waits = None, ()
+            layer_pass(b, layer, mb, False, waits,
                         ((-kept - transient, "activations"),) + free, record)
         if ahead and upcoming is None:
             upcoming = _gather_next(b, nxt, phase, mb, unit)

@@ -200,6 +200,10 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             # 128 (4 KV), 128 experts of 768 (top 8), no shared expert
             moe(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936), 128, 8, 768,
                 head_size=128),
+            # Qwen3-235B-A22B (Qwen team 2025, config.json): 94 layers of 4096, 64 heads
+            # of 128 (4 KV), 128 experts of 1536 (top 8), no shared expert
+            moe(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936), 128, 8, 1536,
+                head_size=128),
         )
     }
 )

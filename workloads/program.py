@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from simulator.base.ir import TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
+from workloads import offload
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
@@ -173,10 +174,16 @@ def _finish_stage(b: Stage) -> None:
     zero = ctx.parallel.zero_stage
     dense, experts = stage_param_split(ctx, b.stage)
     edp = expert.expert_data_parallel(ctx.parallel)
-    optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0, ADAM_BYTES_PER_PARAM * (
-        dense / (ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)))
+    on_gpu, on_host = offload.optimizer_split(ctx.training, dense / (
+        ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1))
+    optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
+                         ADAM_BYTES_PER_PARAM * on_gpu)
     b.ready = list(b.reduces)
+    back = offload.host_step(b, on_host, ADAM_BYTES_PER_PARAM)
     b.compute(optimizer, Phase.OPTIMIZER, -1, -1, 0.0, optimizer.bytes)
+    if back is not None:  # the host's updated parameters, cast on the GPU
+        cast = offload.cast_kernel(on_host, ctx.training.dtype_bytes)
+        b.compute(cast, Phase.OPTIMIZER, -1, -1, 0.0, cast.bytes, extra=(back,))
     data.gather_updated_parameters(b, dense, experts)
 
 
@@ -184,7 +191,7 @@ STAMP = True  # steps of one kind copied from the first (tests turn it off to co
 
 
 def build_stage(ctx: Context, stage: int) -> Stage:
-    b = Stage(ctx, stage)
+    b = Stage(ctx, stage, offloaded=offload.offloaded(ctx, stage))
     p, v = ctx.parallel.pp, ctx.parallel.virtual_stages
     if data.gathers_ahead(ctx):
         data.gather_parameters_ahead(b)
@@ -282,6 +289,7 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     """Raise LayoutError naming the scenario keys of the first impossible setting."""
     for strategy in STRATEGIES:
         strategy.check(model, training, parallel)
+    offload.check(model, training, parallel)
 
 
 def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:

@@ -106,6 +106,7 @@ class Stage:
     expert_grads: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # over edp
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
     coordinator: object | None = None  # DeepSpeed ZeRO-3's (sharded.Coordinator), made once
+    offloaded: frozenset = frozenset()  # layers whose activations go to host memory (offload)
 
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
                 nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:

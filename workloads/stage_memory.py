@@ -7,6 +7,7 @@ Korthikanti et al. 2022, a MoE layer's MLP block its own, ``moe_mlp_bytes``).
 from __future__ import annotations
 
 from workloads import kernels as K
+from workloads import offload
 from workloads.memory import (
     Recompute,
     activation_bytes_per_layer,
@@ -99,4 +100,5 @@ def static_memory(ctx: Context, stage: int) -> dict[str, float]:
             states[key] += value
     if parallel.fsdp is not None and parallel.fsdp.no_sync:  # accumulated unsharded
         states["gradients"] = ctx.plan.reduce_bytes * (dense + experts)
+    states = offload.host_states(states, ctx.training, ctx.plan.reduce_bytes)
     return {**states, "communication_buffers": communication_buffer_bytes(communicators)}

@@ -14,6 +14,7 @@ from simulator.base.fields import (
     integer,
     member,
     nested,
+    number,
     quantity,
     setting,
 )
@@ -48,6 +49,13 @@ class TrainingSpec:
     # kernel tables, 13.6 us (compute.calibration.launch_floor); CUDA graphs: 0.
     kernel_launch: float = setting(quantity(units.Dimension.TIME, positive=False), 13.6e-6)
     cuda_graphs: bool = setting(boolean, False)  # one graph per step: no per-kernel launch
+    # CPU offloading (Megatron-Core/Transformer Engine): the first N transformer layers
+    # of each stage keep their saved activations in host memory, copied out after their
+    # forward and back before their backward on the offload stream (workloads.offload)
+    activation_offload_layers: int = setting(integer(0), 0)
+    # the share of optimizer states (and their Adam step) on the host, as Megatron's
+    # optimizer CPU offload (``optimizer_offload_fraction``)
+    optimizer_offload: float = setting(number(0.0, 1.0), 0.0)
 
     @property
     def host_launch(self) -> float:

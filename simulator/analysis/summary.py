@@ -26,16 +26,27 @@ from simulator.analysis.timeline import (
     grouped_union_length,
     rank_intervals,
 )
-from simulator.base.ir import Program
+from simulator.base.ir import HOST_MEMORY, Program
 
 GIB = 2.0**30
 
 
+def split_host(static: Mapping[str, float], events: Sequence[tuple[float, float, str]],
+               host: bool = False) -> tuple[dict[str, float], list]:
+    """The GPU's memory (or, with ``host``, host memory's: categories named
+    ``host_...``, ``simulator.base.ir.HOST_MEMORY``) of one rank's static bytes
+    and events."""
+    return ({k: v for k, v in static.items() if k.startswith(HOST_MEMORY) == host},
+            [e for e in events if e[2].startswith(HOST_MEMORY) == host])
+
+
 def memory_timeline(static: Mapping[str, float], events: Sequence[tuple[float, float, str]]):
-    """(times, total bytes after each event) for one rank, starting at time 0.
+    """(times, total bytes after each event) of one rank's GPU memory, starting at
+    time 0.
 
     At equal times frees are applied before allocations.
     """
+    static, events = split_host(static, events)
     ordered = sorted(events, key=lambda e: (e[0], e[1]))
     base = sum(static.values())
     times = np.array([0.0] + [t for t, _, _ in ordered])
@@ -43,8 +54,11 @@ def memory_timeline(static: Mapping[str, float], events: Sequence[tuple[float, f
     return times, totals
 
 
-def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float, str]]):
-    """(peak bytes, bytes by category at the peak) for one rank."""
+def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float, str]],
+                host: bool = False):
+    """(peak bytes, bytes by category at the peak) of one rank's GPU memory (with
+    ``host``: of the host memory it uses)."""
+    static, events = split_host(static, events, host)
     ordered = sorted(events, key=lambda e: (e[0], e[1]))
     categories = dict(static)
     current: dict[str, float] = {}
@@ -54,7 +68,8 @@ def peak_memory(static: Mapping[str, float], events: Sequence[tuple[float, float
         total = sum(static.values()) + sum(current.values())
         if total > best:
             best, best_at = total, dict(current)
-    categories.setdefault("activations", 0.0)
+    if not host:
+        categories.setdefault("activations", 0.0)
     for category, value in best_at.items():
         categories[category] = categories.get(category, 0.0) + max(0.0, value)
     return best, categories
@@ -75,7 +90,8 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dic
 
 def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: float,
               gpu_memory: float, simulated: Sequence[int] | None = None,
-              path: pd.DataFrame | None = None) -> dict[str, object]:
+              path: pd.DataFrame | None = None,
+              host_memory: float = float("inf")) -> dict[str, object]:
     """Summary of one simulated iteration (without ``events``/``wall_s``, added by run).
 
     ``simulated``: the ranks that ran (all, or the representatives when folded);
@@ -118,7 +134,30 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "oom_rank": peak_rank if peak_bytes > gpu_memory else None,
         "oom_excess_gib": max(0.0, peak_bytes - gpu_memory) / GIB,
     })
+    summary.update(host_keys(program, memory_events, ranks, host_memory, summary["oom"]))
     return summary
+
+
+def host_keys(program: Program, memory_events, ranks: Sequence[int], capacity: float,
+              gpu_oom: bool) -> dict[str, object]:
+    """Host memory's keys where some rank offloads: its peak over ranks (per GPU,
+    as ``cluster.host_memory`` counts it), by category, and an OOM of host memory
+    (``oom_memory``: which memory ran out; the GPU's first)."""
+    peaks = {r: peak_memory(program.static_memory[r], memory_events[r], host=True)
+             for r in ranks}
+    rank = max(ranks, key=lambda r: (peaks[r][0], -r))
+    peak, categories = peaks[rank]
+    if peak <= 0:
+        return {}
+    out: dict[str, object] = {"host_peak_memory_gib": peak / GIB,
+                              "host_memory_gib": {k: v / GIB for k, v in categories.items()},
+                              "host_memory_capacity_gib": capacity / GIB}
+    if gpu_oom:
+        out["oom_memory"] = "gpu"
+    elif peak > capacity:
+        out.update(oom=True, oom_rank=rank, oom_excess_gib=(peak - capacity) / GIB,
+                   oom_memory="host")
+    return out
 
 
 def _compute_by_stage(spans: pd.DataFrame, stage_of: Sequence[int]) -> list[float]:

@@ -26,8 +26,12 @@ COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
 EP_STREAM = "ep"  # expert parallelism's token all-to-alls
 BG_STREAM = "bg"  # background traffic of another tenant (workloads.background)
+# copies to host memory (activation and optimizer offloading) and the host's own
+# optimizer work, and copies back: a GPU's copy engines move data each way at once
+# (the CPU's work is not the SMs' either)
+OFFLOAD_STREAM, RELOAD_STREAM = "offload", "reload"
 COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM,
-                         BG_STREAM)  # Gantt lanes
+                         BG_STREAM, OFFLOAD_STREAM, RELOAD_STREAM)  # Gantt lanes
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
 # transfers, not NCCL kernels, so they take no SMs from compute.
@@ -59,6 +63,12 @@ class KernelClass(Symbol):
     GEMM = "gemm"
     ATTENTION = "attention"
     ELEMENTWISE = "elementwise"
+    HOST_COPY = "host_copy"  # bytes over the GPU-host link (NVLink-C2C, PCIe)
+    HOST_COMPUTE = "host_compute"  # the host CPU's work, bound by host memory bandwidth
+
+
+HOST_KERNELS = (KernelClass.HOST_COPY, KernelClass.HOST_COMPUTE)  # not the GPU's kernels
+HOST_MEMORY = "host_"  # memory categories with this prefix are in host memory, not the GPU's
 
 
 class Collective(Symbol):

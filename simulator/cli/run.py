@@ -51,9 +51,14 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> s
         _critical_line(summary["critical_path"]),
         f"peak memory      {summary['peak_memory_gib']:.2f} GiB of "
         f"{summary['gpu_memory_gib']:.0f} GiB"
-        + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB)"
+        + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB"
+           + (" of host memory" if summary.get("oom_memory") == "host" else "") + ")"
            if summary["oom"] else "")
         + "  [" + ", ".join(f"{k} {format_bytes(v * 2**30)}" for k, v in mem.items()) + "]",
+        *([f"host memory      {summary['host_peak_memory_gib']:.2f} GiB of "
+           f"{summary['host_memory_capacity_gib']:.0f} GiB per GPU  [" + ", ".join(
+               f"{k} {format_bytes(v * 2**30)}" for k, v in summary["host_memory_gib"].items())
+           + "]"] if "host_peak_memory_gib" in summary else []),
         *_job_lines(summary),
         *_moe_lines(summary),
         *_straggler_lines(summary),

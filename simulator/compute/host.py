@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.base.ir import Op, OpKind, Phase
+from simulator.base.ir import HOST_KERNELS, Op, OpKind, Phase
 
 
 def race(durations: np.ndarray, launches: np.ndarray, per_launch: float) -> np.ndarray:
@@ -52,7 +52,8 @@ def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
     out = durations.copy()
     done: dict[object, np.ndarray] = {}
     for first, end, key in steps:
-        compute = [i for i in range(first, end) if ops[i].kind is OpKind.COMPUTE]
+        compute = [i for i in range(first, end) if ops[i].kind is OpKind.COMPUTE
+                   and ops[i].kernel not in HOST_KERNELS]  # (copies: their own stream)
         if not compute:
             continue
         stretched = done.get(key)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from simulator.base.ir import KernelClass, Op, OpKind
+from simulator.base.ir import HOST_KERNELS, KernelClass, Op, OpKind
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,20 @@ class ComputeModel:
     kernel_overhead: float
     table: object = field(default=None, compare=False)  # compute.table.KernelTable
     assumed: str = field(default="", compare=False)  # the GPU file's efficiencies_assumed
+    host_link: float = 0.0  # bytes/s a GPU copies to or from host memory (each way)
+    host_memory: float = 0.0  # bytes/s of host memory bandwidth a GPU's host work gets
 
     @classmethod
-    def of(cls, gpu, precision: str) -> ComputeModel:
+    def of(cls, gpu, precision: str, host_link: float = 0.0,
+           host_memory: float = 0.0) -> ComputeModel:
         """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``, with
-        the GPU's kernel table where it has one for that precision."""
+        the GPU's kernel table where it has one for that precision; ``host_link``
+        and ``host_memory`` time offloading's copies and host work (the cluster's
+        ``ClusterSpec.host_rates``)."""
         roofline = cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
                        gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
-                       gpu.kernel_overhead, assumed=gpu.efficiencies_assumed)
+                       gpu.kernel_overhead, assumed=gpu.efficiencies_assumed,
+                       host_link=host_link, host_memory=host_memory)
         if gpu.kernel_table is None:
             return roofline
         from simulator.compute.table import for_gpu
@@ -67,6 +73,9 @@ class ComputeModel:
         """Seconds ``op`` occupies its GPU; 0 for anything that is not compute."""
         if op.kind is not OpKind.COMPUTE:
             return 0.0
+        if op.kernel in HOST_KERNELS:  # a copy engine's or the CPU's: no GPU roofline
+            rate = self.host_link if op.kernel is KernelClass.HOST_COPY else self.host_memory
+            return op.bytes / rate + self.kernel_overhead
         t_flops = op.flops / (self.peak_flops * self.efficiency(op)) if op.flops else 0.0
         t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency)
         seconds = max(t_flops, t_memory) + self.kernel_overhead

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 
-from simulator.base.ir import PHASE_NAME, Op
+from simulator.base.ir import HOST_KERNELS, PHASE_NAME, Op
 from simulator.engine.core import Engine
 
 PHASE_OF, MEMORY_OF, DEPS_OF = attrgetter("phase"), attrgetter("mem"), attrgetter("deps")
@@ -61,6 +61,9 @@ class BatchedCompute(Engine):
         t = self.env.now if at is None else at
         phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
         count, clock = len(indices), self._clocks.get(rank)
+        kind = "compute"  # (a stream holds kernels, or only host copies: the offload stream)
+        if pos < count and ops[indices[pos]].kernel in HOST_KERNELS:
+            kind, clock = "copy", None  # copy engines and the CPU: no GPU clock
         while pos < count:
             i = indices[pos]
             op = ops[i]
@@ -70,7 +73,7 @@ class BatchedCompute(Engine):
                     return pos, t
                 t = start
             end = t + durations[i] if clock is None else clock(t, durations[i])
-            spans.append((rank, op.stream, "compute", op.name, t, end, phases[i],
+            spans.append((rank, op.stream, kind, op.name, t, end, phases[i],
                           op.microbatch, op.layer, op.bytes, -1))
             if watched[i]:
                 self._finish(rank, i, end)

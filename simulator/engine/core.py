@@ -44,7 +44,7 @@ from operator import attrgetter
 import numpy as np
 import simpy
 
-from simulator.base.ir import PHASE_NAME, Collective, Op, OpKind, Program
+from simulator.base.ir import HOST_KERNELS, PHASE_NAME, Collective, Op, OpKind, Program
 from simulator.collectives.tuner import Lowered, execute
 from simulator.engine.call_log import CallLog
 from simulator.engine.records import (
@@ -161,9 +161,10 @@ class Engine:
         and when the stream is free again."""
         i, clock = indices[pos], self._clocks.get(rank)
         op = self.program.ops[rank][i]
+        host = op.kernel in HOST_KERNELS  # a copy engine's or the CPU's: no GPU clock
         t = self.env.now if at is None else at
-        end = t + durations[i] if clock is None else clock(t, durations[i])
-        self.spans.append((rank, op.stream, "compute", op.name, t, end,
+        end = t + durations[i] if clock is None or host else clock(t, durations[i])
+        self.spans.append((rank, op.stream, "copy" if host else "compute", op.name, t, end,
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, -1))
         self._finish(rank, i, end)
         return pos + 1, end

@@ -133,7 +133,8 @@ class Estimator:
         self.graph = scenario.machine.build_graph()
         self.fabric = Fabric(self.graph)
         self.tuner = Collectives(self.fabric, scenario.algorithm, scenario.protocol)
-        self.model = ComputeModel.of(scenario.gpu, scenario.training.precision)
+        self.model = ComputeModel.of(scenario.gpu, scenario.training.precision,
+                                     *scenario.machine.cluster.host_rates())
         self.gpus = self.graph.graph["gpus"]
         self._collective: dict[tuple, float] = {}
         machine = scenario.machine  # synchronous training waits for its slowest GPU

@@ -21,7 +21,7 @@ from simulator.analysis.blame import TOP
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, moe_keys, summarize
 from simulator.base import footprint
-from simulator.base.ir import Program
+from simulator.base.ir import HOST_KERNELS, Program
 from simulator.compute import stragglers, throttle
 from simulator.compute.host import host_bound
 from simulator.compute.model import ComputeModel
@@ -127,7 +127,8 @@ class RunResult:
 
 
 def compute_model(scenario: Scenario) -> ComputeModel:
-    return ComputeModel.of(scenario.gpu, scenario.training.precision)
+    return ComputeModel.of(scenario.gpu, scenario.training.precision,
+                           *scenario.machine.cluster.host_rates())
 
 
 def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,
@@ -148,7 +149,9 @@ def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,
         if k not in base:
             ops = program.ops[rank]
             steps = program.steps[rank] if program.steps else ()
-            kernels = model.durations(ops) * k[1]
+            kernels = model.durations(ops)
+            if k[1] != 1.0:  # a slow GPU's kernels; its copies and host work keep their pace
+                kernels *= np.where([op.kernel in HOST_KERNELS for op in ops], 1.0, k[1])
             base[k] = host_bound(ops, steps, kernels, per_launch)
             stalls[k] = float(base[k].sum() - kernels.sum())
         return base[k]
@@ -327,7 +330,8 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
             else critical_path(trained))
     summary = summarize(trained, jobs.summary_program(program, placed) if placed else program,
                         result.memory_events, gpu.peak(scenario.training.precision),
-                        gpu.memory_bytes, [r for r in ranks if r < computing], path)
+                        gpu.memory_bytes, [r for r in ranks if r < computing], path,
+                        scenario.machine.cluster.host_memory)
     if placed:
         summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
                                          ranks, gpu, alone or {})

@@ -49,6 +49,7 @@ CATEGORIES = {  # label -> colour, in legend order
     "DP communication": "#F0E442",
     "PP communication": "#CC79A7",
     "BG communication": "#882255",  # Paul Tol's wine: background traffic
+    "host copies": "#999933",  # Paul Tol's olive: offloading's copies and host work
     "waiting for peers": "#D55E00",
     "pipeline bubble": "#BBBBBB",
 }
@@ -68,6 +69,8 @@ def category(kind: str, phase: str, stream: str) -> str:
         return "pipeline bubble" if stream == PP_STREAM else "waiting for peers"
     if kind == "comm":
         return f"{stream.upper()} communication" if stream in STREAMS else "DP communication"
+    if kind == "copy":
+        return "host copies"
     return phase if phase in CATEGORIES else "forward"
 
 
