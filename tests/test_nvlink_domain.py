@@ -142,3 +142,36 @@ def test_pxn_on_a_rail_fabric_uses_a_gpu_of_the_senders_own_tray():
 def test_presets_list_the_racks():
     assert CLUSTERS["gb200-nvl72"].domain == 72 and CLUSTERS["dgx-b200"].domain == 8
     assert CLUSTERS["gb300-nvl72"].nic_bandwidth == 100e9
+
+
+def test_the_comms_profile_shows_why_the_rack_is_faster():
+    """Data parallelism over 72 GPUs: NVLS inside the rack, a tree through the NICs
+    across nine 8-GPU servers; the profile names each and its bandwidth."""
+    from simulator.analysis.comms import format_profile, profile
+
+    scenario = copy.deepcopy(TINY)
+    scenario["model"].update(hidden=2048, heads=16)  # buckets large enough to show bandwidth
+    scenario["training"]["global_batch"] = 72
+    rack = profile(run({**scenario, "cluster": {"preset": "gb200-nvl72", "nodes": 18}}).comms)
+    servers = profile(run({**scenario, "cluster": {"preset": "dgx-b200", "nodes": 9}}).comms)
+    assert rack["algorithms"].iloc[0].startswith("nvls")
+    assert servers["algorithms"].iloc[0].split()[0] in ("ring", "tree")
+    assert rack["algbw_median"].iloc[0] > 1.5 * servers["algbw_median"].iloc[0]
+    assert "algbw  algorithms" in format_profile(rack)
+
+
+def test_the_search_estimate_waits_for_a_group_that_leaves_its_domain():
+    """The first pass times each dimension's calls on its most spread group: tp 8
+    groups across domains of 12 GPUs cost more than inside domains of 24."""
+    from simulator.experiments.estimate import Estimator
+
+    def estimate(domain: int) -> float:
+        scenario = from_dict({**_rack_scenario(tp=8, dp=3, sequence_parallel=True),
+                              "cluster": {"preset": "gb200-nvl72", "nodes": 6,
+                                          "nvlink_domain": domain}})
+        return Estimator(scenario).estimate(scenario).seconds
+
+    straddling, inside = estimate(12), estimate(24)
+    assert straddling > inside
+    assert run(_rack_scenario(tp=8, dp=3, sequence_parallel=True)).summary[
+        "iteration_time_s"] > inside

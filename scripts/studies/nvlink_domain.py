@@ -6,13 +6,16 @@ rack, a ConnectX-7 400 Gb/s per GPU between racks) and on as many B200 GPUs
 in DGX B200 servers (NVLink 5 inside each 8-GPU server, 8 x 400 Gb/s between):
 a Qwen3-235B-A22B-like MoE (94 layers in the real model, 96 here so that
 pipeline stages divide them; 128 experts of 1536, top 8) and a Llama 3
-405B-like dense model. For each, ``clustersim search`` finds the fastest layout
-(tp and ep may span the whole NVLink domain: up to 64 on a rack, 8 in a
-server) among tensor, pipeline, expert and data parallel sizes, micro-batch 1
-or 2, selective or full recompute, 1F1B or interleaved, ZeRO-1; sequence
-4096, 1,152 sequences a step, bf16. The GB200 and the B200 are timed by the
-same roofline (H100's efficiencies: no Blackwell kernel table yet) and differ
-in peak (2.5 against 2.25 PFLOP/s) and memory (186 against 180 GB), so the
+405B-like dense model. For each, ``clustersim search`` finds the fastest
+layout (tp within the NVLink domain, up to 4 for the MoE and 32 for the
+dense model: a rack's 72 GPUs or a server's 8; pp among the divisors of the
+layers up to 18; ep 8 to 64 for the MoE on both systems, across servers
+where it must)
+with micro-batch 1, selective or full recompute, 1F1B or interleaved (2 or 3
+chunks), ZeRO-1, the top 3 estimates simulated; sequence 4096, 1,152
+sequences a step, bf16. The GB200 and the B200 are timed by the same
+roofline (H100's efficiencies: no Blackwell kernel table yet) and differ in
+peak (2.5 against 2.25 PFLOP/s) and memory (186 against 180 GB), so the
 difference is mostly the fabric's. Reported: the best layout, its iteration
 time, MFU and exposed communication. Writes nvlink_domain.csv and .png.
 
@@ -42,17 +45,21 @@ SYSTEMS = {"GB200 NVL72": ("gb200-nvl72", 18), "DGX B200": ("dgx-b200", 9)}  # t
 
 
 def design(quick: bool) -> tuple[list[int], dict, dict, int, int]:
-    """(racks, models, search space, sequence, global batch)."""
-    space = {"tp": [1, 2, 4, 8, 16, 32], "pp": [1, 2, 4, 8, 16], "mbs": [1, 2],
-             "recompute": ["selective", "full"], "zero": [1],
-             "schedule": ["1f1b", "interleaved"], "virtual_stages": [2, 4]}
+    """(racks, models, search space per model, sequence, global batch)."""
+    common = {"mbs": [1], "recompute": ["selective", "full"], "zero": [1],
+              "schedule": ["1f1b", "interleaved"], "virtual_stages": [2, 3]}
+    spaces = {"MoE (Qwen3-235B-like)": {"tp": [1, 2, 4], "pp": [2, 3, 4, 6, 8, 12, 16],
+                                        "ep": [8, 16, 32, 64], **common},
+              "dense (Llama 3 405B-like)": {"tp": [2, 4, 8, 16, 32],
+                                            "pp": [1, 2, 3, 6, 7, 9, 14, 18], **common}}
     if quick:
         small = {**QWEN3_235B_LIKE, "layers": 4, "hidden": 1024, "heads": 16, "kv_heads": 4,
                  "ffn_hidden": 2048, "vocab": 8192, "experts": 16, "expert_ffn_hidden": 256}
         models = {"MoE": small, "dense": {"layers": 4, "hidden": 1024, "heads": 16,
                                           "vocab": 8192}}
-        return [1], models, {"tp": [1, 4], "pp": [1], "mbs": [1], "ep": [1, 8]}, 1024, 72
-    return [2, 4, 8], MODELS, space, 4096, 1152
+        space = {"tp": [1, 4], "pp": [1], "mbs": [1], "ep": [1, 8]}
+        return [1], models, {"MoE": space, "dense": space}, 1024, 72
+    return [2, 4, 8], MODELS, spaces, 4096, 1152
 
 
 def base(system: str, racks: int, model: dict, seq: int, batch: int) -> dict:
@@ -72,7 +79,7 @@ def best(args, label: str, scenario: dict, space: dict, gpus: int) -> dict:
     path = folder / "base.yaml"
     path.write_text(yaml.safe_dump(scenario, sort_keys=False))
     space = {**space, **({} if scenario["model"].get("experts") else {"ep": [1]})}
-    table, _ = run_search(path, space, folder / "search", top=4, workers=args.workers)
+    table, _ = run_search(path, space, folder / "search", top=3, workers=args.workers)
     simulated = table[table["status"] == "simulated"].sort_values("iteration_time_s")
     if simulated.empty:
         return {"layout": "none fits", "iteration_time_s": float("nan")}
@@ -114,7 +121,7 @@ def figure(table: pd.DataFrame):
 
 def main() -> None:
     args = options(__doc__)
-    racks_list, models, space, seq, batch = design(args.quick)
+    racks_list, models, spaces, seq, batch = design(args.quick)
     rows = []
     for model, shape in models.items():
         for system in SYSTEMS:
@@ -122,7 +129,7 @@ def main() -> None:
                 scenario = base(system, racks, shape, seq, batch)
                 rows.append({"model": model, "system": system, "racks": racks,
                              "gpus": 72 * racks,
-                             **best(args, model, scenario, space, 72 * racks)})
+                             **best(args, model, scenario, spaces[model], 72 * racks)})
     table = pd.DataFrame(rows)
     write(args, NAME, table, figure(table))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -19,15 +19,29 @@ from simulator.base.units import format_bytes
 
 
 def profile(comms: pd.DataFrame) -> pd.DataFrame:
-    """One row per (dimension, collective): calls, volume, sizes, time, waiting."""
+    """One row per (dimension, collective): calls, volume, sizes, time, waiting,
+    the NCCL algorithms that ran them (``nvls 65``: NVLS inside one NVLink domain;
+    ``ring``, ``tree`` across servers' NICs) and the algorithm bandwidth of the
+    median call (its bytes over its time in flight, as nccl-tests' algbw): why
+    one fabric's calls take longer than another's."""
     frame = comms.assign(dimension=comms["dimension"].astype(str),
-                         duration=comms["end"] - comms["start"])
+                         duration=comms["end"] - comms["start"],
+                         algorithm=comms["algorithm"].astype(str))
+    frame["algbw"] = (frame["bytes"] / frame["duration"]).where(frame["duration"] > 0)
     grouped = frame.groupby(["dimension", "collective"], sort=True)
     table = grouped.agg(calls=("bytes", "size"), bytes_total=("bytes", "sum"),
                         bytes_min=("bytes", "min"), bytes_median=("bytes", "median"),
                         bytes_max=("bytes", "max"), busy_s=("duration", "sum"),
-                        wait_s=("wait", "sum")).reset_index()
+                        wait_s=("wait", "sum"), algbw_median=("algbw", "median"),
+                        algorithms=("algorithm", _counted)).reset_index()
     return table
+
+
+def _counted(names: pd.Series) -> str:
+    """``nvls 60, ring 5``: each value and how often, the most frequent first."""
+    counts = names.value_counts(sort=False)
+    order = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{name} {count}" for name, count in order)
 
 
 def size_bin(size: np.ndarray) -> np.ndarray:
@@ -52,13 +66,16 @@ def histogram(comms: pd.DataFrame) -> pd.DataFrame:
 def format_profile(table: pd.DataFrame) -> str:
     """The profile as an aligned text table."""
     header = (f"{'dimension':<10} {'operation':<16} {'calls':>9} {'volume':>12} "
-              f"{'min':>11} {'median':>11} {'max':>11} {'busy':>10} {'waited':>10}")
+              f"{'min':>11} {'median':>11} {'max':>11} {'busy':>10} {'waited':>10} "
+              f"{'algbw':>11}  algorithms")
     lines = [header, "-" * len(header)]
     for row in table.itertuples(index=False):
+        algbw = (f"{row.algbw_median / 1e9:>6.1f} GB/s" if np.isfinite(row.algbw_median)
+                 else f"{'-':>11}")
         lines.append(f"{row.dimension:<10} {row.collective:<16} {row.calls:>9,} "
                      f"{format_bytes(row.bytes_total):>12} {format_bytes(row.bytes_min):>11} "
                      f"{format_bytes(row.bytes_median):>11} {format_bytes(row.bytes_max):>11} "
-                     f"{row.busy_s:>9.4f}s {row.wait_s:>9.4f}s")
+                     f"{row.busy_s:>9.4f}s {row.wait_s:>9.4f}s {algbw}  {row.algorithms}")
     return "\n".join(lines)
 
 

@@ -17,11 +17,14 @@ def run(_args: argparse.Namespace) -> int:
     print("clusters (cluster.preset):")
     for c in CLUSTERS.values():
         nvls = ", NVLS" if c.nvls else ""
-        print(f"  {c.name:10} {c.gpus_per_node} x {c.gpu}, {c.intra_node.value}{nvls} "
+        domain = (f" in NVLink domains of {c.domain} GPUs" if c.domain != c.gpus_per_node
+                  else "")
+        print(f"  {c.name:11} {c.gpus_per_node} x {c.gpu}{domain}, {c.intra_node.value}{nvls} "
               f"{c.nvlink_bandwidth / 1e9:g} GB/s per GPU (x{c.nvlink_efficiency:g} reached), "
               f"{c.nics_per_node} NICs x {c.nic_bandwidth * 8 / 1e9:g} Gb/s "
               f"(x{c.nic_efficiency:g}), {c.fabric.name}, link latency "
-              f"{c.link_latency * 1e6:g} us")
+              f"{c.link_latency * 1e6:g} us; host {c.host_memory / 1e9:g} GB a GPU, "
+              f"{c.host_link_bandwidth / 1e9:g} GB/s to it")
     print("gpus (cluster.gpu):")
     for g in {id(g): g for g in GPUS.values()}.values():  # (once, not per alias)
         peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items())

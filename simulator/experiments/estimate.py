@@ -137,6 +137,7 @@ class Estimator:
                                      *scenario.machine.cluster.host_rates())
         self.gpus = self.graph.graph["gpus"]
         self._collective: dict[tuple, float] = {}
+        self._groups_seen: dict[tuple, tuple[int, ...]] = {}  # (groups, dim, rank) -> group
         machine = scenario.machine  # synchronous training waits for its slowest GPU
         speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
                                    [self.fabric.tray_of(g) for g in self.gpus])
@@ -149,6 +150,7 @@ class Estimator:
         layout = RankLayout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                              "pp": parallel.pp}, parse_order(parallel.order))
         groups = builder._groups(ctx, layout)
+        self._groups_seen.clear()  # (keyed by the groups' identity: this layout's only)
         stages = sorted({0, parallel.pp - 1})
         per_stage = {s: self._stage(ctx, s, layout, groups, small) for s in stages}
         peak_stage = max(stages, key=lambda s: per_stage[s][0])
@@ -194,12 +196,24 @@ class Estimator:
         comm = float(seconds[blocking].sum())
         return peak, step, message, comm, optimizer + last_dp + exposed, breakdown
 
+    def _slowest_group(self, groups, dim: str, rank: int) -> tuple[int, ...]:
+        """The group of ``dim`` the step waits for: the one over the most NVLink
+        domains (a group that leaves its rack or server runs over the NICs;
+        synchronous training waits for it), else ``rank``'s own."""
+        key = (id(groups), dim, rank)
+        if key not in self._groups_seen:
+            own = next((g for g in groups.get(dim, ()) if rank in g), (rank,))
+            spread = {g: len({self.fabric.node_of(self.gpus[r]) for r in g})
+                      for g in groups.get(dim, ())}
+            worst = max(spread, key=spread.get, default=own)
+            self._groups_seen[key] = worst if spread.get(worst, 0) > spread.get(own, 0) else own
+        return self._groups_seen[key]
+
     def _op_seconds(self, op, rank: int, peer: int, groups) -> float:
         """A collective, or a pipeline message to the next stage, alone on the
         fabric (cached per shape)."""
         if op.kind is OpKind.COLLECTIVE:
-            members = next((g for g in groups.get(op.group, ()) if rank in g), (rank,))
-            kind = op.collective
+            members, kind = self._slowest_group(groups, op.group, rank), op.collective
         elif op.kind is OpKind.SEND:
             members, kind = (rank, peer), Collective.SEND_RECV
         else:

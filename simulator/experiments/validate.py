@@ -127,8 +127,8 @@ def _scenario_metric(case: Case) -> float:
             flops = megatron_hardware_flops(scenario.model, t.global_batch, t.seq_len)
             return flops / summary["iteration_time_s"] / scenario.gpus / 1e12
         return float(summary["model_tflops_per_gpu"])
-    if case.metric == "tokens_per_s_per_gpu":
-        return float(summary["tokens_per_s"]) / scenario.gpus
+    if case.metric == "tokens_per_s_per_gpu":  # over the training GPUs (a job's, with jobs:)
+        return float(summary["tokens_per_s"]) / summary["gpus"]
     return float(summary[case.metric])
 
 
