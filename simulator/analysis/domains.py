@@ -45,3 +45,17 @@ def describe(domain_gpus: int, across: Mapping[str, Sequence[int]], spans_server
     parts = "; ".join(f"{kind}: {n} of {total} groups cross domains" for kind, (n, total)
                       in across.items())
     return f"{where}; {parts} (their calls take the network)"
+
+
+def summary_keys(groups: Mapping[str, Sequence[Sequence[int]]], domain_of_rank: Sequence[int],
+                 fabric: Mapping) -> dict:
+    """The summary's ``nvlink_domains`` line and ``groups_across_domains``, where
+    the NVLink domain spans servers or some group leaves it (``fabric``: the
+    graph's attributes, ``nvlink_domain`` and ``gpus_per_node``); else none."""
+    size = int(fabric.get("nvlink_domain") or 0)
+    spans_servers = size > int(fabric.get("gpus_per_node") or size)
+    across = crossing(groups, domain_of_rank)
+    if not (spans_servers or across):
+        return {}
+    return {"nvlink_domains": describe(size, across, spans_servers),
+            "groups_across_domains": across}

@@ -358,7 +358,8 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                                  trained, summary["critical_rank"]),
                    **stragglers.summary(speed), **throttle.summary(throttled),
                    **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
-                   **_domain_keys(program.groups, placement, fabric),
+                   **domains.summary_keys(program.groups, [fabric.node_of(g) for g in placement],
+                                          fabric.graph.graph),
                    events=slowdown.events,
                    network_recomputes=result.network_recomputes,
                    calls_alone=result.calls_alone, steps_replayed=result.steps_replayed,
@@ -370,18 +371,6 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                      nodes, memory, {"stage": stages, "stage_of": program.stage,
                                      "critical_path": path},
                      (program.groups, fabric, lowering), folded)
-
-
-def _domain_keys(groups: dict, placement: list[str], fabric: Fabric) -> dict:
-    """The NVLink domain and the tp/cp/ep groups that leave it, where the domain
-    spans servers or some group leaves it (``analysis.domains``)."""
-    size = int(fabric.graph.graph.get("nvlink_domain") or 0)
-    spans_servers = size > int(fabric.graph.graph.get("gpus_per_node") or size)
-    across = domains.crossing(groups, [fabric.node_of(g) for g in placement])
-    if not (spans_servers or across):
-        return {}
-    return {"nvlink_domains": domains.describe(size, across, spans_servers),
-            "groups_across_domains": across}
 
 
 def _model_keys(notes: dict, spans: pd.DataFrame, rank: int) -> dict:
