@@ -1,8 +1,9 @@
 """Study 13: what a rack-scale NVLink domain buys: GB200 NVL72 racks against the
 same GPUs in 8-GPU servers.
 
-The same two models on 2, 4 and 8 racks of 72 GB200 GPUs (NVLink 5 across the
-rack, a ConnectX-7 400 Gb/s per GPU between racks) and on as many B200 GPUs
+The same two models on 2, 4 and 8 racks (the dense model: 2 and 4; its
+searches take the longest) of 72 GB200 GPUs (NVLink 5 across the rack, a
+ConnectX-7 400 Gb/s per GPU between racks) and on as many B200 GPUs
 in DGX B200 servers (NVLink 5 inside each 8-GPU server, 8 x 400 Gb/s between):
 a Qwen3-235B-A22B-like MoE (94 layers in the real model, 96 here so that
 pipeline stages divide them; 128 experts of 1536, top 8) and a Llama 3
@@ -12,7 +13,7 @@ dense model: a rack's 72 GPUs or a server's 8; pp among the divisors of the
 layers up to 18; ep 8 to 64 for the MoE on both systems, across servers
 where it must)
 with micro-batch 1, selective or full recompute, 1F1B or interleaved (2 or 3
-chunks), ZeRO-1, the top 3 estimates simulated; sequence 4096, 1,152
+chunks), ZeRO-1, the top 2 estimates simulated; sequence 4096, 1,152
 sequences a step, bf16. The GB200 and the B200 are timed by the same
 roofline (H100's efficiencies: no Blackwell kernel table yet) and differ in
 peak (2.5 against 2.25 PFLOP/s) and memory (186 against 180 GB), so the
@@ -44,8 +45,8 @@ MODELS = {"MoE (Qwen3-235B-like)": QWEN3_235B_LIKE, "dense (Llama 3 405B-like)":
 SYSTEMS = {"GB200 NVL72": ("gb200-nvl72", 18), "DGX B200": ("dgx-b200", 9)}  # trays a rack
 
 
-def design(quick: bool) -> tuple[list[int], dict, dict, int, int]:
-    """(racks, models, search space per model, sequence, global batch)."""
+def design(quick: bool) -> tuple[dict, dict, dict, int, int]:
+    """(racks per model, models, search space per model, sequence, global batch)."""
     common = {"mbs": [1], "recompute": ["selective", "full"], "zero": [1],
               "schedule": ["1f1b", "interleaved"], "virtual_stages": [2, 3]}
     spaces = {"MoE (Qwen3-235B-like)": {"tp": [1, 2, 4], "pp": [2, 3, 4, 6, 8, 12, 16],
@@ -58,8 +59,9 @@ def design(quick: bool) -> tuple[list[int], dict, dict, int, int]:
         models = {"MoE": small, "dense": {"layers": 4, "hidden": 1024, "heads": 16,
                                           "vocab": 8192}}
         space = {"tp": [1, 4], "pp": [1], "mbs": [1], "ep": [1, 8]}
-        return [1], models, {"MoE": space, "dense": space}, 1024, 72
-    return [2, 4, 8], MODELS, spaces, 4096, 1152
+        return {"MoE": [1], "dense": [1]}, models, {"MoE": space, "dense": space}, 1024, 72
+    racks = {"MoE (Qwen3-235B-like)": [2, 4, 8], "dense (Llama 3 405B-like)": [2, 4]}
+    return racks, MODELS, spaces, 4096, 1152
 
 
 def base(system: str, racks: int, model: dict, seq: int, batch: int) -> dict:
@@ -79,7 +81,7 @@ def best(args, label: str, scenario: dict, space: dict, gpus: int) -> dict:
     path = folder / "base.yaml"
     path.write_text(yaml.safe_dump(scenario, sort_keys=False))
     space = {**space, **({} if scenario["model"].get("experts") else {"ep": [1]})}
-    table, _ = run_search(path, space, folder / "search", top=3, workers=args.workers)
+    table, _ = run_search(path, space, folder / "search", top=2, workers=args.workers)
     simulated = table[table["status"] == "simulated"].sort_values("iteration_time_s")
     if simulated.empty:
         return {"layout": "none fits", "iteration_time_s": float("nan")}
@@ -125,7 +127,7 @@ def main() -> None:
     rows = []
     for model, shape in models.items():
         for system in SYSTEMS:
-            for racks in racks_list:
+            for racks in racks_list[model]:
                 scenario = base(system, racks, shape, seq, batch)
                 rows.append({"model": model, "system": system, "racks": racks,
                              "gpus": 72 * racks,
