@@ -47,23 +47,20 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
-from simulator.base import units
 from simulator.base.fields import (
     BANDWIDTH,
     EFFICIENCY,
     LATENCY,
+    SIZE,
     boolean,
     choice,
     integer,
-    quantity,
     setting,
 )
 from topologies.gpus import GPUS
 from topologies.networks import NetworkSpec
 from topologies.networks.dragonfly import Dragonfly
 from topologies.networks.fat_tree import FatTree
-
-SIZE = quantity(units.Dimension.SIZE, positive=True)
 
 
 class IntraNode(Enum):

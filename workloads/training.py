@@ -7,6 +7,7 @@ from enum import Enum
 
 from simulator.base import units
 from simulator.base.fields import (
+    SIZE,
     ScenarioError,
     boolean,
     choice,
@@ -168,7 +169,7 @@ class ParallelSpec:
     # how gradients are reduced and parameters gathered: the framework's defaults
     # (``workloads.frameworks``), each overridable under the framework's own flag name
     framework: Framework = setting(member(Framework), Framework.MEGATRON)
-    bucket_size: float | None = setting(quantity(units.Dimension.SIZE, positive=True), None)
+    bucket_size: float | None = setting(SIZE, None)
     overlap_grad_reduce: bool = setting(boolean, True)
     grad_reduce_in_fp32: bool | None = setting(boolean, None)
     overlap_param_gather: bool | None = setting(boolean, None)

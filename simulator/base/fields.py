@@ -95,6 +95,7 @@ def quantity(dimension: units.Dimension, positive: bool) -> Check:
 BANDWIDTH = quantity(units.Dimension.BANDWIDTH, positive=True)
 LATENCY = quantity(units.Dimension.TIME, positive=False)
 EFFICIENCY = number(0.01, 1.0)
+SIZE = quantity(units.Dimension.SIZE, positive=True)
 
 
 def setting(check: Check, default: Any = dataclasses.MISSING, *, required: bool = False,

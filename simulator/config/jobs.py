@@ -21,6 +21,7 @@ from typing import Any
 from simulator.base.fields import (
     BANDWIDTH,
     REQUIRED,
+    SIZE,
     ScenarioError,
     choice,
     fail,
@@ -44,7 +45,7 @@ PLACEMENT = {"nodes": (lambda path, v: v, REQUIRED), "placement": (choice(POLICI
 BACKGROUND = {
     "traffic": (choice(TRAFFIC), REQUIRED),
     "rate": (BANDWIDTH, REQUIRED),  # offered by each GPU
-    "message": (quantity(Dimension.SIZE, positive=True), 4 * 2**20),
+    "message": (SIZE, 4 * 2**20),
     "servers": (integer(1), 1),
     "direction": (choice(["write", "read"]), "write"),
     "duration": (quantity(Dimension.TIME, positive=True), None),

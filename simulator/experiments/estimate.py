@@ -137,7 +137,7 @@ class Estimator:
                                      *scenario.machine.cluster.host_rates())
         self.gpus = self.graph.graph["gpus"]
         self._collective: dict[tuple, float] = {}
-        self._groups_seen: dict[tuple, tuple[int, ...]] = {}  # (groups, dim, rank) -> group
+        self._groups_seen: dict[tuple, tuple[int, ...]] = {}  # (dim, rank) -> group
         machine = scenario.machine  # synchronous training waits for its slowest GPU
         speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
                                    [self.fabric.tray_of(g) for g in self.gpus])
@@ -150,7 +150,7 @@ class Estimator:
         layout = RankLayout({"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
                              "pp": parallel.pp}, parse_order(parallel.order))
         groups = builder._groups(ctx, layout)
-        self._groups_seen.clear()  # (keyed by the groups' identity: this layout's only)
+        self._groups_seen.clear()  # (this layout's groups only)
         stages = sorted({0, parallel.pp - 1})
         per_stage = {s: self._stage(ctx, s, layout, groups, small) for s in stages}
         peak_stage = max(stages, key=lambda s: per_stage[s][0])
@@ -200,7 +200,7 @@ class Estimator:
         """The group of ``dim`` the step waits for: the one over the most NVLink
         domains (a group that leaves its rack or server runs over the NICs;
         synchronous training waits for it), else ``rank``'s own."""
-        key = (id(groups), dim, rank)
+        key = (dim, rank)
         if key not in self._groups_seen:
             own = next((g for g in groups.get(dim, ()) if rank in g), (rank,))
             spread = {g: len({self.fabric.node_of(self.gpus[r]) for r in g})

@@ -17,6 +17,7 @@ import networkx as nx
 import numpy as np
 
 from simulator.base.ir import Symbol
+from topologies.links import tray_of
 from topologies.routing import Routing, RoutingError
 
 
@@ -128,8 +129,7 @@ class Fabric:
     def tray_of(self, gpu: str) -> int:
         """The GPU's server as ``cluster.nodes`` counts them (a tray of a rack-scale
         NVLink domain; otherwise ``node_of``)."""
-        data = self.graph.nodes[gpu]
-        return int(data.get("tray", data["node"]))
+        return tray_of(self.graph.nodes[gpu])
 
     def nvswitch(self, node: int) -> str | None:
         """The NVSwitch of server ``node`` that offers NVLS, if there is one."""
