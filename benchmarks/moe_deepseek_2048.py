@@ -62,3 +62,7 @@ def run(scenario: dict, layout: str) -> dict:
 
 def main() -> None:
     run(SCENARIO, "EP 64, PP 16")
+
+
+if __name__ == "__main__":
+    main()
