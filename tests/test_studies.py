@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 STUDIES = ["pp_vs_dp_bandwidth", "bucket_size", "pipeline_partition", "fsdp_thresholds",
            "dp_scaling_polaris", "comm_characteristics", "layout_search",
            "moe_expert_parallel", "stragglers", "failed_spine", "job_placement",
-           "polaris_variability", "nvlink_domain"]
+           "polaris_variability", "nvlink_domain", "low_precision"]
 
 
 @pytest.mark.parametrize("name", STUDIES)

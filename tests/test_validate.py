@@ -103,3 +103,20 @@ def test_data_files_ship_with_the_package():
         for path in [*root.rglob("*.yaml"), *root.rglob("*.csv")]:
             relative = path.relative_to(root).as_posix()
             assert any(matches(relative, p) for p in declared[package]), relative
+
+
+def test_the_low_precision_set_and_its_pairs():
+    """Issue 39: at least 20 cited low-precision cases and 5 BF16/low-precision
+    pairs, each pair a scenario and its BF16 baseline; a pair's speed-up is the
+    ratio of the two runs' throughputs."""
+    lowp = validate.select(CASES, tags=["lowp"])
+    pairs = [c for c in lowp if c.target == "pair"]
+    assert len(lowp) - len(pairs) >= 20 and len(pairs) >= 5
+    for case in lowp:
+        spec = case.spec["scenario"] if case.target == "pair" else case.spec
+        assert (validate.HERE / spec).exists(), case.name
+    (pair,) = validate.select(CASES, names=["pair-b200-llama3-8b-fsdp8-fp8"])
+    assert pair.metric == "speedup" and "training.precision=bf16" in pair.spec["baseline"]
+    assert 1.0 < validate.simulate(pair) < 2.0
+    (case,) = validate.select(CASES, names=["mb-gb200-llama3-8b-fp8-8"])
+    assert abs(validate.error_pct(case.measured, validate.simulate(case))) < 25

@@ -45,6 +45,12 @@ class GpuSpec:
     # summary's compute_model says so): "" for fitted ones
     efficiencies_assumed: str = ""
     aliases: tuple[str, ...] = ()  # short names a scenario may use (``gpu: b200``)
+    architecture: str = ""  # ampere | hopper | blackwell: which low-precision recipes it runs
+    # each low-precision format's GEMM efficiency relative to BF16's at the same
+    # shape, FP8 attention's (``fp8_attention``) relative to BF16 attention's, and
+    # the casts' share of the streaming memory efficiency (``cast``), from the file's
+    # cited measurements (``simulator.compute.model``)
+    low_precision: Mapping[str, float] = field(default_factory=dict)
     notes: str = field(default="", compare=False)
 
     def peak(self, precision: str) -> float:
@@ -104,6 +110,8 @@ def load_gpu(path: Path) -> GpuSpec:
             **_interconnect(raw, path),
             efficiencies_assumed=str(raw.get("efficiencies_assumed", "")),
             aliases=tuple(str(a) for a in raw.get("aliases", ())),
+            architecture=str(raw.get("architecture", "")),
+            low_precision=_low_precision(raw.get("low_precision", {}) or {}, raw, path),
             notes=str(path),
         )
     except (KeyError, TypeError) as error:
@@ -126,6 +134,32 @@ def _interconnect(raw: Mapping, path: Path) -> dict:
             raise GpuFileError(f"{path}: {key} {value!r} must be a number >= 0")
         out[key] = int(number) if key == "nvlink_generation" else number
     return out
+
+
+LOW_FORMATS = ("fp8", "mxfp8", "nvfp4")
+
+
+def _low_precision(values: Mapping, raw: Mapping, path: Path) -> Mapping[str, float]:
+    """The file's ``low_precision:`` figures, checked: for low formats the GPU has
+    a peak for (and ``fp8_attention`` and ``cast`` where it has FP8), each in
+    [``MIN_EFFICIENCY``, 1]. A format without one cannot be trained in
+    (``simulator.config.training``)."""
+    peaks = raw.get("peak_tflops", {})
+    wanted = [f for f in LOW_FORMATS if f in peaks] + (["fp8_attention", "cast"]
+                                                       if "fp8" in peaks else [])
+    out = {}
+    for key in [k for k in wanted if k in values]:
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                MIN_EFFICIENCY <= value <= 1.0):
+            raise GpuFileError(f"{path}: low_precision.{key} {value!r} must be a number in "
+                               f"[{MIN_EFFICIENCY}, 1] (the GPU has a {key.split('_')[0]} peak)")
+        out[key] = float(value)
+    unknown = set(values) - set(wanted)
+    if unknown:
+        raise GpuFileError(f"{path}: low_precision.{sorted(unknown)[0]} has no peak_tflops "
+                           "entry; allowed: " + ", ".join(wanted))
+    return MappingProxyType(out)
 
 
 def _kernel_table(name: object, path: Path) -> Path | None:

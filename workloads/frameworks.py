@@ -64,6 +64,8 @@ class GradientPlan:
     bucket_bytes: float  # gradient bucket cap (inf: one bucket per model chunk)
     bucket_later_chunks: bool  # whether model chunks after the first are bucketed too
     overlap_param_gather: bool  # ZeRO-1/2 parameter all-gather overlapped with the forward
+    param_bytes: float = 2.0  # bytes per parameter element gathered (low-precision
+    # parameters: ``workloads.precision.gathered_param_bytes``)
 
 
 def reduce_in_fp32(framework: Framework, precision: str) -> bool:

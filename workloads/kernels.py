@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.base.ir import KernelClass
+from simulator.base.ir import ATTENTIONS, KernelClass
 from workloads.models import Mlp, ModelSpec
+from workloads.precision import BF16_BYTES, LowPrecision
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T
 LOSS_BYTES = 4  # logits are upcast to fp32 for softmax / cross-entropy
@@ -43,6 +44,8 @@ class Shard:
     cp: int = 1
     sequence_parallel: bool = False
     flash: bool = True  # fused attention; else two batched GEMMs around a softmax
+    lowp: LowPrecision | None = None  # the linear layers' low precision (workloads.precision)
+    fp8_attention: bool = False  # attention's core in FP8 (training.fp8_attention)
 
     @property
     def tokens(self) -> int:
@@ -65,6 +68,7 @@ class Kernel:
     bytes: float
     shape: tuple[int, int, int] | None = None
     params: int = 0
+    backward_bytes: float | None = None  # a cast's backward moves other bytes than its forward
 
 
 def gemm(name: str, m: int, n: int, k: int, dtype_bytes: int, bias: bool) -> Kernel:
@@ -80,6 +84,36 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
                   dtype_bytes * (elements_in + elements_out), None, params)
 
 
+def linear(name: str, m: int, n: int, k: int, sh: Shard, bias: bool,
+           norm_fed: bool = False) -> list[Kernel]:
+    """A linear layer's GEMM, and under low precision (``sh.lowp``) its cast before
+    it: the GEMM at the format's peak reading quantized operands, the cast moving
+    the bytes ``quantize_kernel`` counts. ``norm_fed``: the input comes from a norm,
+    which writes its quantized copies itself (Transformer Engine's LayerNormLinear)."""
+    if sh.lowp is None:
+        return [gemm(name, m, n, k, sh.dtype_bytes, bias)]
+    q = sh.lowp.recipe.quantized_bytes
+    params = k * n + (n if bias else 0)
+    moved = q * (m * k + k * n) + BF16_BYTES * m * n
+    return [quantize_kernel(name, m, n, k, sh.lowp, norm_fed),
+            Kernel(name, KernelClass.LOWP_GEMM, 2.0 * m * n * k, moved, (m, n, k), params)]
+
+
+def quantize_kernel(name: str, m: int, n: int, k: int, lowp: LowPrecision,
+                    norm_fed: bool = False, weights: int | None = None) -> Kernel:
+    """The casts of a low-precision GEMM C[m,n] = A[m,k] @ W[k,n]: forward, the
+    input A (``LowPrecision.reads``: a norm's output is read less) and the
+    weight's share of its one cast per iteration (``lowp.micro_batches`` forwards share it); backward, the
+    output gradient dC, the weight-gradient GEMM's operand (NVFP4: through the
+    Hadamard transform). ``weights``: the weight elements (a grouped GEMM's
+    experts together; default k x n)."""
+    weights = k * n if weights is None else weights
+    forward = lowp.cast_bytes(m * k, lowp.reads(norm_fed)) + lowp.cast_bytes(
+        weights, lowp.reads()) / lowp.micro_batches
+    backward = lowp.cast_bytes(m * n, lowp.reads(), hadamard=True)
+    return Kernel(f"{name}_quantize", KernelClass.QUANTIZE, 0.0, forward, None, 0, backward)
+
+
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
                   dtype_bytes: int = 2, *, layer: int | None = None, ep: int = 1,
@@ -93,7 +127,8 @@ def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
     if model.is_moe_layer(layer):
         dense = layer_kernels(model, sh, window=_window(model, layer))
-        return dense[:-4] + moe_kernels(model, sh, ep, etp) + dense[-1:]
+        mlp = next(n for n, k in enumerate(dense) if k.name == "ln2") + 1
+        return dense[:mlp] + moe_kernels(model, sh, ep, etp) + dense[-1:]
     return _dense_layer(model, sh, _window(model, layer) if window is None else window)
 
 
@@ -111,14 +146,14 @@ def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel
     norm = t * h / sh.norm_split
     return [
         elementwise("ln1", norm, norm, e, norm_params),
-        gemm("qkv", t, qkv_out // tp, h, e, model.bias),
+        *linear("qkv", t, qkv_out // tp, h, sh, model.bias, norm_fed=True),
         *attention_kernels(model, sh, window),
-        gemm("proj", t, h, model.attention_width // tp, e, model.bias),
+        *linear("proj", t, h, model.attention_width // tp, sh, model.bias),
         elementwise("residual1", 2 * norm, norm, e),
         elementwise("ln2", norm, norm, e, norm_params),
-        gemm("fc1", t, up // tp, h, e, model.bias),
+        *linear("fc1", t, up // tp, h, sh, model.bias, norm_fed=True),
         elementwise("act", t * up / tp, t * f / tp, e),
-        gemm("fc2", t, h, f // tp, e, model.bias),
+        *linear("fc2", t, h, f // tp, sh, model.bias),
         elementwise("residual2", 2 * norm, norm, e),
     ]
 
@@ -150,23 +185,35 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
         fs = model.shared_experts * model.expert_ffn  # tensor-parallel, not expert-
         ups = 2 * fs if model.mlp is Mlp.SWIGLU else fs
         t, tp = sh.tokens, sh.tp
-        out += [gemm("shared_fc1", t, ups // tp, h, e, model.bias),
+        out += [*linear("shared_fc1", t, ups // tp, h, sh, model.bias, norm_fed=True),
                 elementwise("shared_act", t * ups / tp, t * fs / tp, e),
-                gemm("shared_fc2", t, h, fs // tp, e, model.bias)]
+                *linear("shared_fc2", t, h, fs // tp, sh, model.bias)]
     out += [
         gemm("router", n, model.experts, h, e, bias=False),
         elementwise("topk", n * model.experts, 2 * own, e),
         elementwise("permute", n * h, own * h, e),
-        Kernel("experts_fc1", KernelClass.GEMM, 2.0 * routed * up * h,
-               e * (routed * h + local * h * up + routed * up), (per_expert, up, h),
-               local * h * up),
+        *experts_gemm("experts_fc1", routed, up, h, local, per_expert, sh),
         elementwise("experts_act", routed * up, routed * f, e),
-        Kernel("experts_fc2", KernelClass.GEMM, 2.0 * routed * f * h,
-               e * (routed * f + local * f * h + routed * h), (per_expert, h, f),
-               local * f * h),
+        *experts_gemm("experts_fc2", routed, h, f, local, per_expert, sh),
         elementwise("unpermute", own * h + own, n * h, e),
     ]
     return out
+
+
+def experts_gemm(name: str, routed: int, n: int, k: int, local: int, per_expert: int,
+                 sh: Shard) -> list[Kernel]:
+    """The local experts' grouped GEMM over ``routed`` token copies, output width
+    ``n`` and input ``k``: one expert's shape, all their FLOPs, each expert's
+    weight read once; under low precision at the format's peak after its cast."""
+    e, params = sh.dtype_bytes, local * k * n
+    if sh.lowp is None:
+        return [Kernel(name, KernelClass.GEMM, 2.0 * routed * n * k,
+                       e * (routed * k + params + routed * n), (per_expert, n, k), params)]
+    q = sh.lowp.recipe.quantized_bytes
+    return [quantize_kernel(name, routed, n, k, sh.lowp, weights=params),
+            Kernel(name, KernelClass.LOWP_GEMM, 2.0 * routed * n * k,
+                   q * (routed * k + params) + BF16_BYTES * routed * n, (per_expert, n, k),
+                   params)]
 
 
 def is_expert(kernel: Kernel) -> bool:
@@ -187,7 +234,8 @@ def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None
     flops = 4.0 * t * keys * h / tp
     if sh.flash:
         nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
-        return [Kernel("attention", KernelClass.ATTENTION, flops, nbytes)]
+        cls = KernelClass.LOWP_ATTENTION if sh.fp8_attention else KernelClass.ATTENTION
+        return [Kernel("attention", cls, flops, nbytes)]
     heads, d = model.heads // tp, model.head_dim
     batch = sh.micro_batch * heads  # one GEMM per (sequence, head)
     queries = t // sh.micro_batch
@@ -279,6 +327,6 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq: int) -> float:
 
 def backward_flops(kernel: Kernel) -> float:
     """FLOPs the backward of ``kernel`` executes."""
-    if kernel.cls is KernelClass.ATTENTION:
+    if kernel.cls in ATTENTIONS:
         return ATTENTION_BACKWARD_FACTOR * kernel.flops
     return 2.0 * kernel.flops

@@ -8,7 +8,7 @@ them (``chunk_layers``; DeepSpeed ZeRO-3's per-tensor gathers:
 
 from __future__ import annotations
 
-from simulator.base.ir import EP_STREAM, TP_STREAM, Phase
+from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads import offload
 from workloads.memory import Recompute
@@ -53,6 +53,8 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
     sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.pass_plan(layer, forward)
     comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
+    gathered = comm_bytes if sh.lowp is None or not forward else tensor.lowp_gather_bytes(
+        sh, ctx.model.hidden, ctx.parallel.tp_comm_overlap)  # a forward all-gather's
     if gather and sharded.copy_out(b, layer, phase, mb, gather):
         gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
     extra = gather
@@ -61,7 +63,8 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
         what = item[0]
         if what == "tp":
             if item[1] is not None:
-                b.collective(item[1], comm_bytes, TP_STREAM, "tp", phase, mb, layer)
+                b.collective(item[1], gathered if item[1] is Collective.ALL_GATHER
+                             else comm_bytes, TP_STREAM, "tp", phase, mb, layer)
             continue
         if what == "attention":
             context.attention(b, item[1], forward, phase, mb, layer)
@@ -79,7 +82,8 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
             extra = fetch(layer, n if forward else -1 - n) or extra
         mem = mem_end if n == last else ()
         if what == "overlapped":
-            i = tensor.overlapped(b, item, comm_bytes, phase, mb, layer, extra, mem)
+            i = tensor.overlapped(b, item, gathered if item[4] is Collective.ALL_GATHER
+                                  else comm_bytes, phase, mb, layer, extra, mem)
         else:
             i = b.compute(kernel, phase, mb, layer, item[2], item[3], mem=mem, extra=extra)
         extra = ()

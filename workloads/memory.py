@@ -58,20 +58,31 @@ def model_state_bytes(params: float, zero: int = 0, shards: int = 1,
 MLP_PER_SBH = 19.0  # of the 34: the dense MLP block's share (Korthikanti et al., Sec. 4.1)
 
 
+LINEAR_INPUTS_UNSPLIT = 4.0  # of the 34: the QKV and fc1 inputs (2 + 2), where TP
+LINEAR_INPUTS_SPLIT = 10.0  # alone does not split them; the proj and fc2 inputs (2 + 8)
+
+
 def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int,
                                tp: int = 1, sequence_parallel: bool = False,
                                recompute: Recompute = Recompute.NONE,
-                               mlp_bytes: float | None = None) -> float:
+                               mlp_bytes: float | None = None,
+                               linear_input_bytes: float = 2.0) -> float:
     """Activation bytes one layer keeps for its backward (Korthikanti et al. 2022);
-    ``mlp_bytes`` replaces the dense MLP block's share (a MoE layer's own)."""
+    ``mlp_bytes`` replaces the dense MLP block's share (a MoE layer's own);
+    ``linear_input_bytes``: bytes of a saved linear-layer input element (below 2
+    under low precision, which saves the quantized copy its weight gradient reads)."""
     sbh = seq * micro_batch * hidden
     if recompute is Recompute.FULL:
         return 2.0 * sbh
     scores = 0.0 if recompute is Recompute.SELECTIVE else 5.0 * heads * seq / (hidden * tp)
     linear = 34.0 / tp if sequence_parallel else 10.0 + 24.0 / tp
+    unsplit = LINEAR_INPUTS_UNSPLIT / (tp if sequence_parallel else 1)
     if mlp_bytes is None:
-        return sbh * (linear + scores)
-    return sbh * (linear - MLP_PER_SBH / tp + scores) + mlp_bytes
+        saved = (1.0 - linear_input_bytes / 2.0) * (unsplit + LINEAR_INPUTS_SPLIT / tp)
+        return sbh * (linear + scores - saved)
+    # the MLP's inputs are in mlp_bytes: the attention block's (QKV, proj) only
+    saved = (1.0 - linear_input_bytes / 2.0) * (unsplit / 2.0 + 2.0 / tp)
+    return sbh * (linear - MLP_PER_SBH / tp + scores - saved) + mlp_bytes
 
 
 def head_activation_bytes(seq: int, micro_batch: int, vocab: int, dtype_bytes: int) -> float:

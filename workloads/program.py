@@ -19,7 +19,7 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
-from simulator.base.ir import TP_STREAM, Collective, KernelClass, Op, Phase, Program
+from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
 from workloads import offload
 from workloads import routing as routes
@@ -27,9 +27,10 @@ from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
 from workloads.memory import Recompute
 from workloads.models import ModelSpec, padded_vocab
+from workloads.precision import AMAX_BYTES_PER_GEMM
 from workloads.schedules import Step, steps_for
 from workloads.stage import Context, LayoutError, Stage, _new, kernel_cost
-from workloads.stage_memory import stage_param_split, static_memory
+from workloads.stage_memory import stage_lowp, stage_param_split, static_memory
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
 
@@ -179,12 +180,26 @@ def _finish_stage(b: Stage) -> None:
     optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
                          ADAM_BYTES_PER_PARAM * on_gpu)
     b.ready = list(b.reduces)
+    amax_reduction(b)
     back = offload.host_step(b, on_host, ADAM_BYTES_PER_PARAM)
     b.compute(optimizer, Phase.OPTIMIZER, -1, -1, 0.0, optimizer.bytes)
     if back is not None:  # the host's updated parameters, cast on the GPU
         cast = offload.cast_kernel(on_host, ctx.training.dtype_bytes)
         b.compute(cast, Phase.OPTIMIZER, -1, -1, 0.0, cast.bytes, extra=(back,))
     data.gather_updated_parameters(b, dense, experts)
+
+
+def amax_reduction(b: Stage) -> None:
+    """Delayed scaling's amax all-reduce (Transformer Engine reduces the amaxes of
+    every FP8 tensor over the data-parallel replicas, so their scales agree): one
+    small call per iteration before the step, three FP32 amaxes a GEMM, blocking."""
+    ctx = b.ctx
+    recipe = ctx.training.recipe
+    if recipe is None or recipe.name != "delayed" or ctx.parallel.dp * ctx.parallel.cp == 1:
+        return
+    gemms = stage_lowp(ctx, b.stage)[1]
+    b.collective(Collective.ALL_REDUCE, AMAX_BYTES_PER_GEMM * gemms, DP_STREAM, ctx.dp_group,
+                 Phase.OPTIMIZER, -1, -1, name="amax_all_reduce")
 
 
 STAMP = True  # steps of one kind copied from the first (tests turn it off to compare)
@@ -303,8 +318,10 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     scenario's, for MoE routing draws)."""
     check(model, training, parallel)
     vocab = padded_vocab(model.vocab, parallel.tp)
+    micro_batches = parallel.micro_batches(training)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
-                    parallel.cp, parallel.sequence_parallel, training.flash_attention)
+                    parallel.cp, parallel.sequence_parallel, training.flash_attention,
+                    training.low_precision(micro_batches), training.fp8_attention)
     sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
     kinds = {}
     for n in range(model.layers):  # each other kind of layer: its own plans, made once
@@ -314,7 +331,6 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
                 model, shard, layer=n, ep=parallel.ep, etp=parallel.etp)), parallel.etp)
             kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
                            for f in (True, False)}
-    micro_batches = parallel.micro_batches(training)
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
                           micro_batches, seed) if model.experts else None
     return Context(model, training, parallel, shard, vocab,

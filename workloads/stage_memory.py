@@ -6,9 +6,11 @@ Korthikanti et al. 2022, a MoE layer's MLP block its own, ``moe_mlp_bytes``).
 
 from __future__ import annotations
 
+from simulator.base.ir import KernelClass
 from workloads import kernels as K
 from workloads import offload
 from workloads.memory import (
+    PARAM_BYTES,
     Recompute,
     activation_bytes_per_layer,
     communication_buffer_bytes,
@@ -29,11 +31,20 @@ def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
     mlp = moe_mlp_bytes(ctx) if m.is_moe_layer(layer) else None
     args = (ctx.training.seq_len // sh.cp, sh.micro_batch, m.hidden, m.heads, sh.tp,
             sh.sequence_parallel)
-    kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp)
+    saved = linear_input_bytes(sh)
+    kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp,
+                                      linear_input_bytes=saved)
     if stored_mode is not Recompute.FULL:
         return kept, 0.0
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
-                                            mlp_bytes=mlp) - kept
+                                            mlp_bytes=mlp, linear_input_bytes=saved) - kept
+
+
+def linear_input_bytes(sh: K.Shard) -> float:
+    """Bytes of a saved linear-layer input element: the activations' precision, or
+    under low precision the quantized copy the weight gradient reads (Transformer
+    Engine saves it, one orientation, in place of the BF16 input)."""
+    return sh.dtype_bytes if sh.lowp is None else sh.lowp.recipe.quantized_bytes
 
 
 def memory_by_kind(ctx: Context) -> dict[bool, tuple[float, float]]:
@@ -55,13 +66,14 @@ def moe_mlp_bytes(ctx: Context) -> float:
     f = m.expert_ffn
     up = 2 * f if m.mlp is Mlp.SWIGLU else f
     routed = sh.tokens // sh.norm_split * m.top_k
+    e, q = sh.dtype_bytes, linear_input_bytes(sh)  # the GEMMs' inputs at q bytes
     # with expert tensor parallelism: the gathered inputs of etp ranks, 1/etp of the widths
-    out = sh.dtype_bytes * routed * (etp * m.hidden + up + f) + 4.0 * sh.tokens \
+    out = routed * (q * etp * m.hidden + e * up + q * f) + 4.0 * sh.tokens \
         // sh.norm_split * m.experts
     if m.shared_experts:
         fs = m.shared_experts * f
         ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
-        out += sh.dtype_bytes * sh.tokens * (m.hidden / sh.norm_split + (ups + fs) / sh.tp)
+        out += sh.tokens * (q * m.hidden / sh.norm_split + (e * ups + q * fs) / sh.tp)
     return out
 
 
@@ -100,5 +112,41 @@ def static_memory(ctx: Context, stage: int) -> dict[str, float]:
             states[key] += value
     if parallel.fsdp is not None and parallel.fsdp.no_sync:  # accumulated unsharded
         states["gradients"] = ctx.plan.reduce_bytes * (dense + experts)
+    states.update(lowp_weight_bytes(ctx, stage, states))
     states = offload.host_states(states, ctx.training, ctx.plan.reduce_bytes)
     return {**states, "communication_buffers": communication_buffer_bytes(communicators)}
+
+
+def lowp_weight_bytes(ctx: Context, stage: int, states: dict[str, float]) -> dict[str, float]:
+    """Under low precision, the cached quantized copies of the stage's linear
+    weights (``lowp_weights``: one per orientation the GEMMs read; under
+    ZeRO-3/FSDP only the gathered share) and, with ``fp8_param_gather``, the
+    parameters those weights no longer hold in BF16 (the FP8 copy is the
+    parameter, one of the orientations)."""
+    lowp = ctx.shard.lowp
+    if lowp is None:
+        return {}
+    params = stage_lowp(ctx, stage)[0]
+    share = 1.0 / ctx.shards if ctx.parallel.zero_stage >= 3 else 1.0
+    copies = lowp.weight_bytes(params) * share
+    out = {"lowp_weights": copies}
+    if ctx.training.fp8_param_gather:  # the row-wise copy is the parameter
+        held = params * lowp.recipe.quantized_bytes * share
+        out["lowp_weights"] = copies - held
+        out["parameters"] = states["parameters"] - (PARAM_BYTES * params * share - held)
+    return out
+
+
+def stage_lowp(ctx: Context, stage: int) -> tuple[int, int]:
+    """(weights, GEMMs) of the low-precision GEMMs one rank of ``stage`` holds."""
+    p, per_kind, params, gemms = ctx.parallel.pp, {}, 0, 0
+    for k in [k for k in range(len(ctx.chunks)) if k % p == stage]:
+        for layer in ctx.chunks[k]:
+            kind = ctx.model.is_moe_layer(layer)
+            if kind not in per_kind:
+                lowp = [x for x in K.layer_kernels(ctx.model, ctx.shard, layer=layer,
+                                                   ep=ctx.parallel.ep, etp=ctx.parallel.etp)
+                        if x.cls is KernelClass.LOWP_GEMM]
+                per_kind[kind] = (sum(x.params for x in lowp), len(lowp))
+            params, gemms = params + per_kind[kind][0], gemms + per_kind[kind][1]
+    return params, gemms

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from simulator.base import units
@@ -29,9 +29,18 @@ from workloads.frameworks import (
 )
 from workloads.layout import parse_order
 from workloads.memory import Recompute
+from workloads.precision import (
+    PRECISIONS,
+    RECIPES,
+    LowPrecision,
+    Recipe,
+    gathered_param_bytes,
+    high_precision,
+    recipe_of,
+)
 from workloads.schedules import Schedule
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+ACTIVATION_BYTES = 2  # activations, norms and communication in BF16/FP16 at every precision
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,16 @@ class TrainingSpec:
     seq_len: int = setting(integer(1), required=True)
     global_batch: int = setting(integer(1), required=True)
     micro_batch: int = setting(integer(1), 1)
-    precision: str = setting(choice(DTYPE_BYTES), "bf16")
+    # bf16 | fp16, or a low-precision format for the linear layers' GEMMs
+    # (workloads.precision): fp8, mxfp8 (Blackwell), nvfp4 (Blackwell)
+    precision: str = setting(choice(PRECISIONS), "bf16")
+    # how FP8 is scaled (Transformer Engine's recipes); default: Megatron-Core's
+    # (delayed for fp8, the format's own for mxfp8 and nvfp4)
+    fp8_recipe: str | None = setting(choice(RECIPES), None)
+    fp8_attention: bool = setting(boolean, False)  # attention's core in FP8 (cuDNN)
+    # parameters kept (and all-gathered) in the low format (Megatron's
+    # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes)
+    fp8_param_gather: bool = setting(boolean, False)
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
     # host time to issue one kernel (PyTorch eager dispatch and launch): within a
@@ -57,6 +75,9 @@ class TrainingSpec:
     # the share of optimizer states (and their Adam step) on the host, as Megatron's
     # optimizer CPU offload (``optimizer_offload_fraction``)
     optimizer_offload: float = setting(number(0.0, 1.0), 0.0)
+    # set by the config layer from the GPU: per-tensor FP8 GEMMs on Hopper read
+    # only the "TN" layout, so Transformer Engine keeps transposed copies
+    fp8_transposes: bool = False
 
     @property
     def host_launch(self) -> float:
@@ -65,7 +86,27 @@ class TrainingSpec:
 
     @property
     def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.precision]
+        """Bytes of an activation element (BF16 or FP16: low precision casts the
+        linear layers' operands only)."""
+        return ACTIVATION_BYTES
+
+    @property
+    def recipe(self) -> Recipe | None:
+        """The low-precision recipe (None at bf16/fp16)."""
+        return recipe_of(self.precision, self.fp8_recipe)
+
+    def peaks(self, gpu) -> tuple[float, tuple[str, float] | None]:
+        """(the dense peak MFU is reported against: BF16's (or FP16's), and under
+        low precision (the precision, its dense peak)) on ``gpu`` (a GpuSpec)."""
+        high = gpu.peak(high_precision(self.precision))
+        return high, (None if self.recipe is None else
+                      (self.precision, gpu.peak(self.precision)))
+
+    def low_precision(self, micro_batches: int) -> LowPrecision | None:
+        """The low precision of a run whose weight casts ``micro_batches`` share."""
+        recipe = self.recipe
+        return None if recipe is None else LowPrecision(recipe, self.fp8_transposes,
+                                                        micro_batches)
 
 
 class Sharding(Enum):
@@ -217,9 +258,12 @@ class ParallelSpec:
     def gradient_plan(self, training: TrainingSpec) -> GradientPlan:
         """Gradient precision, bucket size and parameter-gather overlap: the
         scenario's keys, else the framework's defaults."""
-        return resolve(self.framework, training.dtype_bytes, training.precision,
-                       self.dp * self.cp, self.overlap_grad_reduce, self.grad_reduce_in_fp32,
-                       self.bucket_size, self.overlap_param_gather)
+        plan = resolve(self.framework, training.dtype_bytes,
+                       high_precision(training.precision), self.dp * self.cp,
+                       self.overlap_grad_reduce, self.grad_reduce_in_fp32, self.bucket_size,
+                       self.overlap_param_gather)
+        return replace(plan, param_bytes=gathered_param_bytes(training.recipe)) \
+            if training.fp8_param_gather else plan
 
     def micro_batches(self, training: TrainingSpec) -> int:
         """Micro-batches each pipeline runs per iteration (gradient accumulation steps)."""

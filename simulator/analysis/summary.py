@@ -2,10 +2,13 @@
 
 Keys (a contract, see the README): ``iteration_time_s`` (end of the last span),
 ``tokens_per_s``, ``model_tflops_per_gpu`` (model FLOPs without recompute, per
-second per GPU), ``mfu`` (that over the GPU's dense peak for the precision),
+second per GPU), ``mfu`` (that over the GPU's dense BF16 peak, FP16's at fp16;
+under low precision also ``mfu_lowp``, over the precision's dense peak, and
+``lowp_overhead_s``, the critical rank's time in casts: ``lowp_keys``),
 ``gpus``, the breakdown of the rank that finishes last (``compute_s``,
 ``exposed_comm_s``, ``overlapped_comm_s``, ``comm_wait_s``, ``bubble_s``, and
-``idle_s``; see ``simulator.analysis.timeline``), ``critical_path`` (seconds of the
+``idle_s``; see ``simulator.analysis.timeline``), ``compute_s_by_kind`` (its compute
+in GEMMs, attention, casts and the rest), ``critical_path`` (seconds of the
 chain of spans that sets the iteration time in each category, and the spans,
 ranks and stages it passes; see ``simulator.analysis.critical_path``),
 ``peak_memory_gib`` (max over ranks), ``events`` and ``wall_s``; in a model
@@ -91,11 +94,13 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, iteration_time: float) -> dic
 def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: float,
               gpu_memory: float, simulated: Sequence[int] | None = None,
               path: pd.DataFrame | None = None,
-              host_memory: float = float("inf")) -> dict[str, object]:
+              host_memory: float = float("inf"),
+              lowp: tuple[str, float] | None = None) -> dict[str, object]:
     """Summary of one simulated iteration (without ``events``/``wall_s``, added by run).
 
     ``simulated``: the ranks that ran (all, or the representatives when folded);
-    ``path``: the critical path of ``spans``, when the caller has it already.
+    ``path``: the critical path of ``spans``, when the caller has it already;
+    ``lowp``: (low precision, its dense peak) of a low-precision run.
     """
     iteration = float(spans["end"].max())
     rank_end = spans.groupby("rank")["end"].max()
@@ -117,7 +122,10 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "gpus": gpus,
         "critical_rank": critical,
     }
+    if lowp is not None:
+        summary.update(lowp_keys(spans, critical, model_flops_per_gpu, *lowp))
     summary.update(rank_breakdown(spans, critical, iteration))
+    summary["compute_s_by_kind"] = compute_by_kind(spans, critical)
     stage_of = dict(enumerate(program.stage)) if program.stage else None
     if path is None:
         path = critical_path.critical_path(spans)
@@ -136,6 +144,40 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
     })
     summary.update(host_keys(program, memory_events, ranks, host_memory, summary["oom"]))
     return summary
+
+
+QUANTIZE_SUFFIX = "_quantize"  # a low-precision cast's span (workloads.kernels.quantize_kernel)
+GEMM_NAMES = frozenset(("qkv", "proj", "fc1", "fc2", "shared_fc1", "shared_fc2", "router",
+                        "experts_fc1", "experts_fc2", "logits", "attn_scores", "attn_values"))
+ATTENTION_NAMES = frozenset(("attention",))
+
+
+def compute_by_kind(spans: pd.DataFrame, rank: int) -> dict[str, float]:
+    """Seconds ``rank`` computes in GEMMs (any precision), fused attention, casts
+    (low precision's quantization) and everything else (norms, activations,
+    the loss, the optimizer): where the time goes, and where a faster format
+    stops helping."""
+    rows = spans[(spans["rank"] == rank) & (spans["kind"] == "compute")]
+    names = rows["name"].astype(str)
+    seconds = (rows["end"] - rows["start"]).to_numpy()
+    gemm = names.isin(GEMM_NAMES).to_numpy()
+    attention = names.isin(ATTENTION_NAMES).to_numpy()
+    casts = names.str.endswith(QUANTIZE_SUFFIX).to_numpy()
+    return {"gemm": float(seconds[gemm].sum()), "attention": float(seconds[attention].sum()),
+            "casts": float(seconds[casts].sum()),
+            "other": float(seconds[~(gemm | attention | casts)].sum())}
+
+
+def lowp_keys(spans: pd.DataFrame, rank: int, model_flops_per_gpu: float, precision: str,
+              peak: float) -> dict[str, object]:
+    """A low-precision run's keys: its ``precision``, ``mfu_lowp`` (model FLOP/s
+    over the precision's dense peak, as sources that quote FP8 MFU count it) and
+    ``lowp_overhead_s``, the seconds ``rank`` spends in casts (quantizing
+    operands and gradients): where the format's speed-up is lost."""
+    rows = spans[(spans["rank"] == rank) & (spans["kind"] == "compute")]
+    casts = rows[rows["name"].astype(str).str.endswith(QUANTIZE_SUFFIX)]
+    return {"precision": precision, "mfu_lowp": model_flops_per_gpu / peak,
+            "lowp_overhead_s": float((casts["end"] - casts["start"]).sum())}
 
 
 def host_keys(program: Program, memory_events, ranks: Sequence[int], capacity: float,

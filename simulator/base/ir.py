@@ -63,11 +63,18 @@ class KernelClass(Symbol):
     GEMM = "gemm"
     ATTENTION = "attention"
     ELEMENTWISE = "elementwise"
+    # low precision (``workloads.precision``): a linear layer's GEMM in the run's
+    # format, attention's core in FP8, and the casts that quantize their operands
+    LOWP_GEMM = "lowp_gemm"
+    LOWP_ATTENTION = "lowp_attention"
+    QUANTIZE = "quantize"
     HOST_COPY = "host_copy"  # bytes over the GPU-host link (NVLink-C2C, PCIe)
     HOST_COMPUTE = "host_compute"  # the host CPU's work, bound by host memory bandwidth
 
 
 HOST_KERNELS = (KernelClass.HOST_COPY, KernelClass.HOST_COMPUTE)  # not the GPU's kernels
+GEMMS = (KernelClass.GEMM, KernelClass.LOWP_GEMM)
+ATTENTIONS = (KernelClass.ATTENTION, KernelClass.LOWP_ATTENTION)
 HOST_MEMORY = "host_"  # memory categories with this prefix are in host memory, not the GPU's
 
 

@@ -43,6 +43,10 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> s
         f"throughput       {summary['tokens_per_s']:,.0f} tokens/s, "
         f"{summary['model_tflops_per_gpu']:.1f} model TFLOP/s per GPU, "
         f"MFU {summary['mfu']:.1%} on {summary['gpus']} GPUs",
+        *([f"precision        {summary['precision']}: MFU {summary['mfu_lowp']:.1%} of its "
+           f"dense peak ({summary['mfu']:.1%} of BF16's); casts "
+           f"{format_time(summary['lowp_overhead_s'])} on the last rank"]
+          if "precision" in summary else []),
         f"last rank {summary['critical_rank']:<6} compute {format_time(summary['compute_s'])}, "
         f"exposed comm {format_time(summary['exposed_comm_s'])}, "
         f"overlapped comm {format_time(summary['overlapped_comm_s'])}, "

@@ -6,10 +6,16 @@ corrected by a measured kernel table where the GPU has one (``compute.table``).
 GEMM efficiency rises with size, ``eff = gemm_eff * x / (x + x_half)`` where x is
 the geometric mean of (m, n, k): small GEMMs cannot fill the GPU's SMs. Fused
 attention runs at a constant fraction of peak; element-wise kernels are bound
-by memory bandwidth. The figures come from the GPU spec (``topologies.gpus``),
-fitted to published measurements. A kernel table (``kernel_table:`` in the GPU
-file, or ``cluster.kernel_table``) multiplies the roofline's time by the
-correction its rows give near the kernel's shape.
+by memory bandwidth. Under low precision (``workloads.precision``) the linear
+layers' GEMMs run at the format's dense peak, reaching the fraction of BF16's
+efficiency at the same shape that the GPU file's ``low_precision:`` gives (its
+kernels measured against BF16's in one benchmark; a kernel table's shape
+correction applies as to BF16), FP8 attention likewise at the FP8 peak, and the
+casts stream at ``low_precision.cast`` of the memory efficiency. The figures
+come from the GPU spec (``topologies.gpus``), fitted to published measurements.
+A kernel table (``kernel_table:`` in the GPU file, or ``cluster.kernel_table``)
+multiplies the roofline's time by the correction its rows give near the
+kernel's shape.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from simulator.base.ir import HOST_KERNELS, KernelClass, Op, OpKind
+from workloads.precision import ATTENTION_PEAK, high_precision, is_low
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,11 @@ class ComputeModel:
     assumed: str = field(default="", compare=False)  # the GPU file's efficiencies_assumed
     host_link: float = 0.0  # bytes/s a GPU copies to or from host memory (each way)
     host_memory: float = 0.0  # bytes/s of host memory bandwidth a GPU's host work gets
+    lowp_peak: float = 0.0  # dense FLOP/s of the low-precision format (0: none)
+    lowp_gemm: float = 1.0  # its GEMMs' efficiency relative to BF16's at one shape
+    lowp_attention_peak: float = 0.0  # FP8 attention's dense FLOP/s (the FP8 peak)
+    lowp_attention: float = 1.0  # its efficiency relative to BF16 attention's
+    cast: float = 1.0  # a cast kernel's share of the streaming memory efficiency
 
     @classmethod
     def of(cls, gpu, precision: str, host_link: float = 0.0,
@@ -42,32 +54,59 @@ class ComputeModel:
         """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``, with
         the GPU's kernel table where it has one for that precision; ``host_link``
         and ``host_memory`` time offloading's copies and host work (the cluster's
-        ``ClusterSpec.host_rates``)."""
-        roofline = cls(gpu.peak(precision), gpu.hbm_bandwidth, gpu.gemm_efficiency,
+        ``ClusterSpec.host_rates``). A low ``precision`` times the linear layers'
+        GEMMs at its peak and everything else at BF16's (``high_precision``)."""
+        high = high_precision(precision)
+        roofline = cls(gpu.peak(high), gpu.hbm_bandwidth, gpu.gemm_efficiency,
                        gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
                        gpu.kernel_overhead, assumed=gpu.efficiencies_assumed,
                        host_link=host_link, host_memory=host_memory)
+        if is_low(precision):
+            lowp = gpu.low_precision
+            roofline = replace(
+                roofline, lowp_peak=gpu.peak(precision), lowp_gemm=lowp[precision],
+                lowp_attention_peak=gpu.peak(ATTENTION_PEAK),
+                lowp_attention=lowp.get("fp8_attention", 1.0), cast=lowp["cast"])
         if gpu.kernel_table is None:
             return roofline
         from simulator.compute.table import for_gpu
 
-        return replace(roofline, table=for_gpu(str(gpu.kernel_table), gpu, precision, roofline))
+        return replace(roofline, table=for_gpu(str(gpu.kernel_table), gpu, high, roofline))
 
     def describe(self) -> str:
         """Which model times the kernels, for the run's summary."""
         if self.table is not None:
-            return f"roofline corrected by the kernel table {self.table.describe()}"
-        return f"roofline (efficiencies assumed: {self.assumed})" if self.assumed else "roofline"
+            out = f"roofline corrected by the kernel table {self.table.describe()}"
+        else:
+            out = f"roofline (efficiencies assumed: {self.assumed})" if self.assumed \
+                else "roofline"
+        if self.lowp_peak:
+            out += (f"; low-precision GEMMs at {self.lowp_peak / 1e12:g} TFLOP/s with "
+                    f"{self.lowp_gemm:g} of BF16's efficiency by shape, casts at "
+                    f"{self.cast:g} of its streaming bandwidth")
+        return out
 
     def efficiency(self, op: Op) -> float:
-        """Fraction of peak FLOP/s that ``op`` reaches."""
-        if op.kernel is KernelClass.GEMM and op.shape is not None:
+        """Fraction of its peak FLOP/s that ``op`` reaches."""
+        kernel = op.kernel
+        if kernel in (KernelClass.GEMM, KernelClass.LOWP_GEMM) and op.shape is not None:
             m, n, k = op.shape
             x = float(m * n * k) ** (1.0 / 3.0)
-            return self.gemm_efficiency * x / (x + self.gemm_half_dim)
-        if op.kernel is KernelClass.ATTENTION:
+            large = self.gemm_efficiency * (1.0 if kernel is KernelClass.GEMM else
+                                            self.lowp_gemm)
+            return large * x / (x + self.gemm_half_dim)
+        if kernel is KernelClass.ATTENTION:
             return self.attention_efficiency
+        if kernel is KernelClass.LOWP_ATTENTION:
+            return self.attention_efficiency * self.lowp_attention
         return 1.0
+
+    def peak(self, op: Op) -> float:
+        """The dense FLOP/s ``op`` runs at: its format's."""
+        if op.kernel is KernelClass.LOWP_GEMM:
+            return self.lowp_peak
+        return self.lowp_attention_peak if op.kernel is KernelClass.LOWP_ATTENTION \
+            else self.peak_flops
 
     def duration(self, op: Op) -> float:
         """Seconds ``op`` occupies its GPU; 0 for anything that is not compute."""
@@ -76,8 +115,9 @@ class ComputeModel:
         if op.kernel in HOST_KERNELS:  # a copy engine's or the CPU's: no GPU roofline
             rate = self.host_link if op.kernel is KernelClass.HOST_COPY else self.host_memory
             return op.bytes / rate + self.kernel_overhead
-        t_flops = op.flops / (self.peak_flops * self.efficiency(op)) if op.flops else 0.0
-        t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency)
+        t_flops = op.flops / (self.peak(op) * self.efficiency(op)) if op.flops else 0.0
+        t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency * (
+            self.cast if op.kernel is KernelClass.QUANTIZE else 1.0))
         seconds = max(t_flops, t_memory) + self.kernel_overhead
         return seconds if self.table is None else seconds * math.exp(
             self.table.log_correction(op))

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.base.ir import KernelClass, Op, OpKind, Phase
+from simulator.base.ir import ATTENTIONS, GEMMS, KernelClass, Op, OpKind, Phase
 from workloads.kernels import ATTENTION_BACKWARD_FACTOR
 
 # A row speaks for shapes within a factor of 2 of its own in every dimension:
@@ -122,8 +122,10 @@ class KernelTable:
                     for k, (p, c) in groups.items()}, source, len(table), launch_floor)
 
     def log_correction(self, op: Op) -> float:
-        """log c for ``op`` (0: the roofline) from the rows of its family."""
-        if op.kernel is KernelClass.GEMM and op.shape is not None:
+        """log c for ``op`` (0: the roofline) from the rows of its family; a
+        low-precision GEMM or FP8 attention takes BF16's correction at its shape
+        (the compute model scales their efficiency relative to BF16's)."""
+        if op.kernel in GEMMS and op.shape is not None:
             family = self.families.get("gemm")
             if family is None:
                 return 0.0
@@ -132,7 +134,7 @@ class KernelTable:
                 return 0.5 * (family.log_correction(_logs(m, k, n))
                               + family.log_correction(_logs(k, n, m)))
             return family.log_correction(_logs(m, n, k))
-        if op.kernel is KernelClass.ATTENTION:
+        if op.kernel in ATTENTIONS:
             backward = op.phase is Phase.BACKWARD
             family = self.families.get("attention backward" if backward else "attention forward")
             forward_flops = op.flops / (ATTENTION_BACKWARD_FACTOR if backward else 1.0)

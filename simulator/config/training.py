@@ -4,11 +4,14 @@ the layout checks of the parallel strategies (``workloads.program.check``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
 from topologies import GpuSpec
 from workloads.frameworks import Framework
 from workloads.models import ModelSpec
+from workloads.precision import LOW, PRECISIONS, RECIPES, is_low
 from workloads.program import LayoutError, check
 from workloads.schedules import ScheduleError
 from workloads.training import ParallelSpec, TrainingSpec
@@ -22,8 +25,41 @@ def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
     training = TrainingSpec(**section("training", raw, TRAINING_SCHEMA))
     if training.precision not in gpu.peak_flops:
         raise fail("training.precision", training.precision,
-                   f"is not supported by {gpu.name}")
-    return training
+                   f"is not supported by {gpu.name} (it has "
+                   f"{', '.join(p for p in PRECISIONS if p in gpu.peak_flops)})")
+    check_low_precision(training, gpu)
+    return replace(training, fp8_transposes=training.recipe is not None
+                   and not training.recipe.block and gpu.architecture == "hopper")
+
+
+def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:
+    """The low-precision keys' rules: a recipe of the precision's format that the
+    GPU runs, FP8 attention fused, FP8 parameters in an FP8 format."""
+    low = is_low(training.precision)
+    for key in ("fp8_recipe", "fp8_attention", "fp8_param_gather"):
+        if getattr(training, key) not in (None, False) and not low:
+            raise fail(f"training.{key}", getattr(training, key),
+                       f"needs a low training.precision ({', '.join(LOW)}), not "
+                       f"{training.precision}")
+    if not low:
+        return
+    recipe = RECIPES[training.fp8_recipe] if training.fp8_recipe else training.recipe
+    if recipe.precision != training.precision:
+        fits = [r for r, v in RECIPES.items() if v.precision == training.precision]
+        raise fail("training.fp8_recipe", recipe.name,
+                   f"is a recipe of precision {recipe.precision}; with training.precision "
+                   f"{training.precision} use {' or '.join(fits)}")
+    if not recipe.hopper and gpu.architecture in ("hopper", "ampere"):
+        raise fail("training.fp8_recipe", recipe.name, f"needs a Blackwell GPU, not {gpu.name}")
+    if training.precision not in gpu.low_precision or "cast" not in gpu.low_precision:
+        raise fail("training.precision", training.precision, f"has no low_precision."
+                   f"{training.precision} efficiency in {gpu.name}'s GPU file")
+    if training.fp8_attention and "fp8_attention" not in gpu.low_precision:
+        raise fail("training.fp8_attention", True, "has no low_precision.fp8_attention "
+                   f"efficiency in {gpu.name}'s GPU file")
+    if training.fp8_attention and not training.flash_attention:
+        raise fail("training.fp8_attention", True, "needs fused attention "
+                                                   "(training.flash_attention: true)")
 
 
 def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:

@@ -145,9 +145,10 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
             continue
         own = mine.assign(rank=mine["rank"].to_numpy() - p.first).reset_index(drop=True)
         events = [memory_events[r] for r in p.ranks]
-        s = summarize(own, p.program, events, gpu.peak(p.job.training.precision),
-                      gpu.memory_bytes, [r - p.first for r in simulated if r in p.ranks],
-                      critical_path(own))
+        peak, lowp = p.job.training.peaks(gpu)
+        s = summarize(own, p.program, events, peak, gpu.memory_bytes,
+                      [r - p.first for r in simulated if r in p.ranks], critical_path(own),
+                      lowp=lowp)
         time = s["iteration_time_s"]
         notes = {k: v for k, v in p.program.notes.items() if not k.startswith("_")}
         notes.update(moe_keys(p.program.notes, own, s["critical_rank"]))

@@ -328,10 +328,11 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
         trained = spans[spans["rank"].to_numpy() < computing].reset_index(drop=True)
     path = (slowdown.path if slowdown.path is not None and not placed
             else critical_path(trained))
+    peak, lowp = scenario.training.peaks(gpu)
     summary = summarize(trained, jobs.summary_program(program, placed) if placed else program,
-                        result.memory_events, gpu.peak(scenario.training.precision),
-                        gpu.memory_bytes, [r for r in ranks if r < computing], path,
-                        scenario.machine.cluster.host_memory)
+                        result.memory_events, peak, gpu.memory_bytes,
+                        [r for r in ranks if r < computing], path,
+                        scenario.machine.cluster.host_memory, lowp)
     if placed:
         summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
                                          ranks, gpu, alone or {})

@@ -15,7 +15,9 @@ Eq. 3, hardware FLOPs with full recompute, 96Bslh^2(1 + s/6h + V/16lh); or
 ``peak_memory_gib`` (from the summary), ``tokens_per_s_per_gpu`` (the
 summary's tokens/s over the GPUs), ``busbw`` (nccl-tests bus bandwidth,
 GB/s), ``gemm_tflops``, ``attention_tflops`` (forward + backward, 3x the
-4bs^2h forward FLOPs) and ``hbm_tbs``.
+4bs^2h forward FLOPs) and ``hbm_tbs``; a ``pair`` (a scenario and the
+``--set`` overrides of its baseline, e.g. the same layout in BF16) has the
+metric ``speedup``: the scenario's tokens/s over the baseline's.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ HERE = Path(__file__).resolve().parent / "validation"
 CASES = HERE / "cases.yaml"
 GIB = 2.0**30
 SUMMARY_METRICS = ("mfu", "iteration_time_s", "peak_memory_gib")
-TARGETS = ("scenario", "collective", "kernel")
+TARGETS = ("scenario", "collective", "kernel", "pair")
 
 
 class ValidationError(ScenarioError):
@@ -52,8 +54,8 @@ class Case:
     measured: float
     basis: str
     assumptions: tuple[str, ...]
-    target: str  # scenario | collective | kernel
-    spec: Any = field(compare=False)  # the scenario path, or the collective/kernel mapping
+    target: str  # scenario | collective | kernel | pair
+    spec: Any = field(compare=False)  # the scenario path, or the collective/kernel/pair mapping
 
 
 def error_pct(measured: float, simulated: float) -> float:
@@ -132,6 +134,17 @@ def _scenario_metric(case: Case) -> float:
     return float(summary[case.metric])
 
 
+def _speedup(case: Case) -> float:
+    """A pair's speed-up: the scenario's tokens/s over its baseline's (the same
+    file with the pair's ``baseline`` overrides)."""
+    from simulator.config.scenario import load
+    from simulator.experiments.runner import run
+
+    path = HERE / case.spec["scenario"]
+    fast = run(load(path)).summary["tokens_per_s"]
+    return fast / run(load(path, case.spec["baseline"])).summary["tokens_per_s"]
+
+
 def _busbw(case: Case) -> float:
     from simulator.base.ir import Collective
     from simulator.collectives.nccl import Algorithm
@@ -192,7 +205,7 @@ METRICS: Mapping[str, Callable[[Case], float]] = {
     "tflops_per_gpu": _scenario_metric, "tokens_per_s_per_gpu": _scenario_metric,
     **{m: _scenario_metric for m in SUMMARY_METRICS},
     "busbw": _busbw, "gemm_tflops": _gemm_tflops, "attention_tflops": _attention_tflops,
-    "hbm_tbs": _hbm_tbs,
+    "hbm_tbs": _hbm_tbs, "speedup": _speedup,
 }
 
 

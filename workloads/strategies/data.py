@@ -21,7 +21,6 @@ from simulator.base.ir import DP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads.buckets import make_buckets
 from workloads.layout import Layout
-from workloads.memory import PARAM_BYTES
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, plan_kernels
 from workloads.strategies.expert import expert_data_parallel
@@ -140,7 +139,7 @@ def _gather_ahead(b: Stage, chunk: int, tensors: list, group: str, label: str
     for n in range(len(buckets) - 1, -1, -1):
         first = ends[n - 1] + 1 if n else 0
         held = tensors[first:ends[n] + 1]
-        i = b.collective(Collective.ALL_GATHER, PARAM_BYTES * sum(c for _, c in held),
+        i = b.collective(Collective.ALL_GATHER, ctx.plan.param_bytes * sum(c for _, c in held),
                          DP_STREAM, group, Phase.FORWARD, 0, -1, deps=(),
                          blocking=False, name=f"{label}param_all_gather[{chunk}.{n}]")
         for layer, _ in held:
@@ -155,13 +154,13 @@ def gather_updated_parameters(b: Stage, params: int, experts: int = 0) -> None:
     ctx = b.ctx
     if ctx.plan.overlap_param_gather or ctx.parallel.zero_stage not in (1, 2):
         return
-    cap = ctx.plan.bucket_bytes * PARAM_BYTES / ctx.plan.reduce_bytes
+    cap = ctx.plan.bucket_bytes * ctx.plan.param_bytes / ctx.plan.reduce_bytes
     for count, group, label, size in ((params, ctx.dp_group, "", ctx.shards),
                                       (experts, "edp", "experts ",
                                        expert_data_parallel(ctx.parallel))):
         if count == 0 or size <= 1:
             continue
-        for n, part in enumerate(split_bytes(PARAM_BYTES * count, cap)):
+        for n, part in enumerate(split_bytes(ctx.plan.param_bytes * count, cap)):
             b.collective(Collective.ALL_GATHER, part, DP_STREAM, group, Phase.OPTIMIZER,
                          -1, -1, deps=(b.last_compute,), blocking=False,
                          name=f"{label}param_all_gather[{n}]")

@@ -108,8 +108,9 @@ def sequence(kernels: list, etp: int = 1) -> list:
     outputs reduce-scattered before the combine (Megatron-Core's dispatcher with
     expert tensor parallelism: each rank holds 1/etp of every local expert)."""
     out: list = []
+    first = next(k for k in kernels if isinstance(k, K.Kernel) and K.is_expert(k))
     for kernel in kernels:
-        if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc1":
+        if kernel is first:  # experts_fc1, or its cast under low precision
             out += [DISPATCH, GATHER] if etp > 1 else [DISPATCH]
         out.append(kernel)
         if isinstance(kernel, K.Kernel) and kernel.name == "experts_fc2":

@@ -28,7 +28,7 @@ from simulator.base.ir import DP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads.frameworks import prefetch_points, reuse_plan
 from workloads.layout import Layout
-from workloads.memory import PARAM_BYTES, Recompute
+from workloads.memory import Recompute
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, plan_kernels
 from workloads.strategies.expert import expert_data_parallel
@@ -101,7 +101,7 @@ def head_params(ctx: Context, owned: bool = True) -> int:
 def gathered_bytes(ctx: Context, params: int, shards: int | None = None) -> float:
     """Bytes a gathered unit of ``params`` parameters (over ``shards`` ranks: the
     data-parallel shard group's by default) adds on this rank."""
-    return PARAM_BYTES * params * (1 - 1 / (ctx.shards if shards is None else shards))
+    return ctx.plan.param_bytes * params * (1 - 1 / (ctx.shards if shards is None else shards))
 
 
 def freed(ctx: Context, params: int) -> tuple[tuple[float, str], ...]:
@@ -164,7 +164,7 @@ def gather(b: Stage, layer: int, phase: Phase, mb: int, after: int | None,
            params: int) -> int:
     """ZeRO-3/FSDP all-gather of a unit of ``params`` over the data-parallel shard
     group (the embedding: layer -1; the head: ``layers``), non-blocking."""
-    full, grown = PARAM_BYTES * params, gathered_bytes(b.ctx, params)
+    full, grown = b.ctx.plan.param_bytes * params, gathered_bytes(b.ctx, params)
     group = "dp_shard" if hybrid(b.ctx) else b.ctx.dp_group
     return b.collective(Collective.ALL_GATHER, full, DP_STREAM, group, phase, mb, layer,
                         deps=(after,) if after is not None else (), blocking=False,
@@ -175,7 +175,8 @@ def gather_layer(b: Stage, layer: int, phase: Phase, mb: int, after: int | None
                  ) -> tuple[int, ...]:
     """ZeRO-3/FSDP all-gathers of one layer's units (``layer_units``), non-blocking."""
     deps = (after,) if after is not None else ()
-    return tuple(b.collective(Collective.ALL_GATHER, PARAM_BYTES * n, DP_STREAM, group, phase,
+    size = b.ctx.plan.param_bytes
+    return tuple(b.collective(Collective.ALL_GATHER, size * n, DP_STREAM, group, phase,
                               mb, layer, deps=deps, blocking=False,
                               mem=((gathered_bytes(b.ctx, n, shards), "gathered_parameters"),))
                  for n, group, shards in layer_units(b.ctx, layer))
@@ -218,7 +219,7 @@ def copy_out(b: Stage, layer: int, phase: Phase, mb: int, gathers: tuple[int, ..
     if not b.ctx.parallel.fsdp2:
         return False
     params = sum(n for n, _, _ in layer_units(b.ctx, layer))
-    copy = K.elementwise("fsdp_copy_out", params, params, PARAM_BYTES)
+    copy = K.elementwise("fsdp_copy_out", params, params, b.ctx.plan.param_bytes)
     b.compute(copy, phase, mb, layer, 0.0, copy.bytes, extra=gathers)
     return True
 
@@ -304,7 +305,7 @@ class TensorFetcher:
     def __init__(self, b: Stage, uses: list[tuple], window: float, phase: Phase,
                  mb: int) -> None:
         self.b, self.phase, self.mb = b, phase, mb
-        self.grown = PARAM_BYTES * (1 - 1 / b.ctx.shards)  # gathered bytes per element
+        self.grown = b.ctx.plan.param_bytes * (1 - 1 / b.ctx.shards)  # gathered bytes per element
         gathered = [u for u in uses if u[4]]
         self.tensors = [(layer, numel) for layer, _, _, numel, *_ in gathered]
         self.at: dict[tuple, list[int]] = {}
@@ -332,7 +333,8 @@ class TensorFetcher:
             for t in self.due.pop(i, ()):
                 lay, numel = self.tensors[t]
                 self.gathers[t] = b.collective(
-                    Collective.ALL_GATHER, PARAM_BYTES * numel, DP_STREAM, b.ctx.dp_group,
+                    Collective.ALL_GATHER, b.ctx.plan.param_bytes * numel, DP_STREAM,
+                    b.ctx.dp_group,
                     self.phase, self.mb, lay, deps=after, blocking=False,
                     mem=((self.grown * numel, "gathered_parameters"),),
                     name="param_all_gather")
