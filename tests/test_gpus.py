@@ -21,7 +21,8 @@ def test_todays_gpus_carry_their_datasheet_figures(row):
     name, bf16, fp8, fp4, gb, tbs, generation, nvlink = row
     gpu = GPUS[name]
     assert gpu.peak("bf16") == bf16 * 1e12 and gpu.peak("fp8") == fp8 * 1e12
-    assert gpu.peak_flops.get("fp4") == (fp4 * 1e12 if fp4 else None)
+    assert gpu.peak_flops.get("nvfp4") == (fp4 * 1e12 if fp4 else None)
+    assert gpu.peak_flops.get("mxfp8") == (fp8 * 1e12 if fp4 else None)  # MX: the FP8 rate
     assert gpu.memory_bytes == pytest.approx(gb * 1e9, rel=1e-3)
     assert gpu.hbm_bandwidth == tbs * 1e12
     assert (gpu.nvlink_generation, gpu.nvlink_bandwidth) == (generation, nvlink * 1e9)

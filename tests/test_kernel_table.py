@@ -168,6 +168,17 @@ def test_a_bad_kernel_table_is_refused_naming_the_field(tmp_path, text, message)
         from_dict(scenario)
 
 
-def test_an_fp8_run_keeps_the_roofline():
-    assert ComputeModel.of(H100, "fp8").table is None
-    assert ComputeModel.of(H100, "bf16").table is not None
+def test_a_low_precision_run_keeps_the_bf16_table_and_scales_its_gemms():
+    """An FP8 run's BF16 kernels take the table as a BF16 run's do, and its FP8
+    GEMMs BF16's correction at their shape, at the FP8 peak with the GPU file's
+    efficiency relative to BF16's."""
+    fp8, bf16 = ComputeModel.of(H100, "fp8"), ComputeModel.of(H100, "bf16")
+    assert fp8.table is not None and fp8.peak_flops == bf16.peak_flops == H100.peak("bf16")
+    gemm = Op(OpKind.COMPUTE, "fc1", "compute", Phase.FORWARD, kernel=KernelClass.GEMM,
+              flops=2.0 * 8192 * 8192 * 4096, bytes=0.0, shape=(8192, 8192, 4096))
+    low = gemm._replace(kernel=KernelClass.LOWP_GEMM)
+    ratio = H100.peak("fp8") / H100.peak("bf16") * H100.low_precision["fp8"]
+    assert fp8.duration(gemm) == bf16.duration(gemm)
+    assert fp8.duration(low) - fp8.kernel_overhead * math.exp(fp8.table.log_correction(low)) \
+        == pytest.approx((bf16.duration(gemm) - bf16.kernel_overhead * math.exp(
+            bf16.table.log_correction(gemm))) / ratio)

@@ -47,7 +47,8 @@ def test_precision_keys_take_megatron_defaults_and_refuse_what_cannot_run():
         (_scenario(fp8_attention=True), r"training.fp8_attention: True needs a low "
                                         r"training.precision \(fp8, mxfp8, nvfp4\), not bf16"),
         (_scenario(fp8_recipe="delayed"), r"training.fp8_recipe: 'delayed' needs a low"),
-        (_scenario("fp8", fp8_recipe="fp4"), r"training.fp8_recipe: 'fp4' is not one of: delayed, tensorwise"),
+        (_scenario("fp8", fp8_recipe="fp4"),
+         r"training.fp8_recipe: 'fp4' is not one of: delayed, tensorwise"),
         (_scenario("fp8", fp8_attention=True, flash_attention=False),
          r"training.fp8_attention: True needs fused attention"),
     ]

@@ -103,10 +103,10 @@ def quantize_kernel(name: str, m: int, n: int, k: int, lowp: LowPrecision,
                     norm_fed: bool = False, weights: int | None = None) -> Kernel:
     """The casts of a low-precision GEMM C[m,n] = A[m,k] @ W[k,n]: forward, the
     input A (``LowPrecision.reads``: a norm's output is read less) and the
-    weight's share of its one cast per iteration (``lowp.micro_batches`` forwards share it); backward, the
-    output gradient dC, the weight-gradient GEMM's operand (NVFP4: through the
-    Hadamard transform). ``weights``: the weight elements (a grouped GEMM's
-    experts together; default k x n)."""
+    weight's share of its one cast per iteration (``lowp.micro_batches``
+    forwards share it); backward, the output gradient dC, the weight-gradient
+    GEMM's operand (NVFP4: through the Hadamard transform). ``weights``: the
+    weight elements (a grouped GEMM's experts together; default k x n)."""
     weights = k * n if weights is None else weights
     forward = lowp.cast_bytes(m * k, lowp.reads(norm_fed)) + lowp.cast_bytes(
         weights, lowp.reads()) / lowp.micro_batches

@@ -11,10 +11,10 @@ quantization), other kernels, exposed communication and pipeline bubble on
 the rank that finishes last, and the speed-up over BF16.
 
 Then how the speed-up shrinks: Llama 3 8B on GB200 as the sequence grows from
-2k to 32k (attention, still BF16, takes over), and on 64 H100 (data parallel
-across 8 servers, gradient reduction not overlapped) as the network slows
-from 400 to 25 Gb/s per NIC (communication, whose bytes FP8 does not shrink,
-takes over). Writes low_precision.csv and .png.
+2k to 32k (attention, still BF16, takes over), and on 64 H100 (plain data parallelism
+across 8 servers: a BF16 gradient all-reduce after the backward) as the
+network slows from 400 to 25 Gb/s per NIC (communication, whose bytes FP8
+does not shrink, takes over). Writes low_precision.csv and .png.
 
     python scripts/studies/low_precision.py [--quick]
 """
@@ -48,7 +48,7 @@ def models(quick: bool) -> dict[str, tuple[dict, int, int, dict]]:
         "Llama 3 70B": ({"preset": "llama3-70b"}, 64, 128,
                         {"tp": 4, "pp": 4, "schedule": "interleaved", "virtual_stages": 5,
                          "sequence_parallel": True, "tp_comm_overlap": True, "zero": 1}),
-        "Qwen3-30B-A3B (MoE)": ({"preset": "qwen3-30b-a3b", "routing": "balanced"}, 16, 128,
+        "Qwen3-30B-A3B MoE": ({"preset": "qwen3-30b-a3b", "routing": "balanced"}, 16, 128,
                                 {"ep": 16, "zero": 1}),
     }
 
@@ -62,11 +62,12 @@ def base(preset: str, per_node: int, model: dict, gpus: int, batch: int, paralle
             "parallelism": {**parallel, "grad_reduce_in_fp32": False}}
 
 
-def precisions(names: list[str]) -> dict:
-    """The zipped keys of each precision (its recipe, FP8 parameters where it has one)."""
+def precisions(names: list[str], params: bool = True) -> dict:
+    """The zipped keys of each precision (its recipe; with ``params``, parameters
+    kept and gathered in the format where it has one)."""
     return {"training.precision": names,
             "training.fp8_recipe": [RECIPE.get(p) for p in names],
-            "training.fp8_param_gather": [p != "bf16" for p in names]}
+            "training.fp8_param_gather": [params and p != "bf16" for p in names]}
 
 
 def breakdown(args) -> pd.DataFrame:
@@ -90,11 +91,11 @@ def shrinking(args) -> pd.DataFrame:
     by_seq = run_design(args, f"{NAME}-sequence", long, {"training.seq_len": seqs},
                         precisions(["bf16", "fp8"]))
     slow = base("dgx-h100", 8, model, 16 if small else 64, 16 if small else 128,
-                {"zero": 1, "overlap_grad_reduce": False}, 1024 if small else 4096)
+                {"zero": 0, "overlap_grad_reduce": False}, 1024 if small else 4096)
     nics = ["400 Gb/s", "25 Gb/s"] if small else ["400 Gb/s", "200 Gb/s", "100 Gb/s",
                                                    "50 Gb/s", "25 Gb/s"]
     by_nic = run_design(args, f"{NAME}-network", slow, {"cluster.nic_bandwidth": nics},
-                        precisions(["bf16", "fp8"]))
+                        precisions(["bf16", "fp8"], params=False))
     return pd.concat([by_seq.assign(study="sequence", model="Llama 3 8B", system="GB200"),
                       by_nic.assign(study="network", model="Llama 3 8B", system="H100")],
                      ignore_index=True)
@@ -123,14 +124,16 @@ def figure(parts: pd.DataFrame, curves: pd.DataFrame):
                label=name, width=0.8)
         bottom = values if bottom is None else bottom + values
     for i, row in rows.iterrows():
-        labels.append(f"{row['model']}\n{row['system']} {row['training.precision']}")
+        short = row["model"].replace("Llama 3 ", "L3 ").replace("Qwen3-30B-A3B MoE", "Q3 30B")
+        labels.append(f"{short}\n{row['system']}\n{row['training.precision']}")
         ax.annotate(f"{row['speedup']:.2f}x", (i, bottom[i]), ha="center", va="bottom",
                     fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(range(len(rows)), labels, fontsize=6.5)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylabel("time, in BF16 iterations")
+    ax.set_ylim(0, 1.12)
     ax.set_title("Where the time goes (the rank that finishes last); label: speed-up over BF16",
                  fontsize=10)
-    ax.legend(frameon=False, fontsize=8, ncols=6, loc="upper right")
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for col, (study, xkey, xlabel) in enumerate((
             ("sequence", "training.seq_len", "sequence length (GB200, 8 GPUs)"),
             ("network", "cluster.nic_bandwidth", "NIC bandwidth, Gb/s (64 H100, DP)"))):
@@ -140,14 +143,19 @@ def figure(parts: pd.DataFrame, curves: pd.DataFrame):
         axis.plot(x, part["speedup"], marker="o", color=OKABE_ITO[0], label="FP8 over BF16")
         share = part["compute_s_by_kind.attention"] / part["iteration_time_s"] if \
             study == "sequence" else part["exposed_comm_s"] / part["iteration_time_s"]
-        axis.plot(x, 1 + share, marker="s", ls="--", color=OKABE_ITO[1],
-                  label="1 + attention's share" if study == "sequence"
-                  else "1 + exposed communication's share")
+        twin = axis.twinx()
+        twin.plot(x, 100 * share, marker="s", ls="--", color=OKABE_ITO[1],
+                  label="attention's share of the FP8 iteration" if study == "sequence"
+                  else "exposed communication's share of the FP8 iteration")
+        twin.set_ylabel("share (%)", color=OKABE_ITO[1])
+        twin.set_ylim(0, 100)
         axis.set_xscale("log", base=2)
+        axis.set_xticks(sorted(set(x)), [f"{v:g}" for v in sorted(set(x))])
         axis.set_xlabel(xlabel)
-        axis.set_ylabel("speed-up / share")
+        axis.set_ylabel("speed-up over BF16", color=OKABE_ITO[0])
         axis.grid(alpha=0.3)
-        axis.legend(frameon=False, fontsize=8)
+        axis.legend(frameon=False, fontsize=8, loc="upper left")
+        twin.legend(frameon=False, fontsize=8, loc="upper right")
         axis.set_title("FP8's speed-up as " + ("attention" if study == "sequence" else
                                                "communication") + " takes over", fontsize=10)
     fig.suptitle("Low-precision training: FP8, MXFP8 and NVFP4 against BF16", fontsize=11)

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{'case':30} {'measured':>14} {'simulated':>14} {'error':>9}  basis")
         for r in table.itertuples(index=False):
-            print(f"{r.case:30} {r.measured:>9g} {r.unit:<4} {r.simulated:>9.1f} {r.unit:<4} "
+            digits = 3 if r.unit == "x" else 1  # a speed-up's, a throughput's
+            print(f"{r.case:30} {r.measured:>9g} {r.unit:<4} {r.simulated:>9.{digits}f} "
+                  f"{r.unit:<4} "
                   f"{r.error_pct:>+8.1f}%  {r.basis}")
         print()
         for g in groups.itertuples(index=False):

@@ -246,7 +246,8 @@ def markdown(table: pd.DataFrame) -> str:
     lines = ["| case | measured | simulated | error | basis | source |",
              "|---|---:|---:|---:|---|---|"]
     for r in table.itertuples(index=False):
-        lines.append(f"| {r.case} | {r.measured:g} {r.unit} | {r.simulated:.1f} {r.unit} | "
+        simulated = f"{r.simulated:.3f}" if r.unit == "x" else f"{r.simulated:.1f}"
+        lines.append(f"| {r.case} | {r.measured:g} {r.unit} | {simulated} {r.unit} | "
                      f"{r.error_pct:+.1f} % | {r.basis} | {short_source(r.source)} |")
     return "\n".join(lines)
 
