@@ -15,7 +15,7 @@ where it must)
 with micro-batch 1, selective or full recompute, 1F1B or interleaved (2 or 3
 chunks), ZeRO-1, the top 2 estimates simulated; sequence 4096, 1,152
 sequences a step, bf16. The GB200 and the B200 are timed by the same
-roofline (H100's efficiencies: no Blackwell kernel table yet) and differ in
+roofline (H100's GEMM efficiencies, cuDNN's attention figure) and differ in
 peak (2.5 against 2.25 PFLOP/s) and memory (186 against 180 GB), so the
 difference is mostly the fabric's. Reported: the best layout, its iteration
 time, MFU and exposed communication. Writes nvlink_domain.csv and .png.

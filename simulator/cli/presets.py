@@ -32,8 +32,13 @@ def run(_args: argparse.Namespace) -> int:
         nvlink = (f", NVLink {g.nvlink_generation} {g.nvlink_bandwidth / 1e9:g} GB/s per "
                   "direction" if g.nvlink_generation else "")
         power = f", {g.power_watts:g} W" if g.power_watts else ""
+        lowp = {k: v for k, v in g.low_precision.items() if k != "cast"}
+        low = (", low precision (of BF16's efficiency): " + ", ".join(
+            f"{k} x{v:g}" for k, v in lowp.items()) + f", casts at x{g.low_precision['cast']:g}"
+            " of streaming bandwidth" if "cast" in g.low_precision else "")
         print(f"  {g.name:15} {g.memory_bytes / 2**30:.0f} GiB, HBM "
-              f"{g.hbm_bandwidth / 1e12:g} TB/s, dense TFLOP/s: {peaks}{nvlink}{power}{also}")
+              f"{g.hbm_bandwidth / 1e12:g} TB/s, dense TFLOP/s: {peaks}{nvlink}{power}{also}"
+              f"{low}")
     print("models (model.preset):")
     for m in MODELS.values():
         params = parameter_count(m, 2048) / 1e9
