@@ -23,7 +23,7 @@ while each rank's queries still attend to the whole sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.base.ir import ATTENTIONS, KernelClass
 from workloads.models import Mlp, ModelSpec
@@ -86,17 +86,23 @@ def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes:
 
 def linear(name: str, m: int, n: int, k: int, sh: Shard, bias: bool,
            norm_fed: bool = False) -> list[Kernel]:
-    """A linear layer's GEMM, and under low precision (``sh.lowp``) its cast before
-    it: the GEMM at the format's peak reading quantized operands, the cast moving
-    the bytes ``quantize_kernel`` counts. ``norm_fed``: the input comes from a norm,
-    which writes its quantized copies itself (Transformer Engine's LayerNormLinear)."""
-    if sh.lowp is None:
-        return [gemm(name, m, n, k, sh.dtype_bytes, bias)]
-    q = sh.lowp.recipe.quantized_bytes
-    params = k * n + (n if bias else 0)
-    moved = q * (m * k + k * n) + BF16_BYTES * m * n
-    return [quantize_kernel(name, m, n, k, sh.lowp, norm_fed),
-            Kernel(name, KernelClass.LOWP_GEMM, 2.0 * m * n * k, moved, (m, n, k), params)]
+    """A linear layer's GEMM; under low precision (``sh.lowp``) its cast and the
+    GEMM at the format's peak (``low_precision``). ``norm_fed``: the input comes
+    from a norm, which writes its quantized copies itself (Transformer Engine's
+    LayerNormLinear)."""
+    kernel = gemm(name, m, n, k, sh.dtype_bytes, bias)
+    return [kernel] if sh.lowp is None else low_precision(kernel, m, k * n, sh.lowp, norm_fed)
+
+
+def low_precision(kernel: Kernel, m: int, weights: int, lowp: LowPrecision,
+                  norm_fed: bool = False) -> list[Kernel]:
+    """A GEMM ``kernel`` (m token rows, ``weights`` weight elements) under low
+    precision: its cast (``quantize_kernel``), then the GEMM at the format's peak
+    reading quantized operands and writing BF16."""
+    _, n, k = kernel.shape
+    moved = lowp.recipe.quantized_bytes * (m * k + weights) + BF16_BYTES * m * n
+    return [quantize_kernel(kernel.name, m, n, k, lowp, norm_fed, weights),
+            replace(kernel, cls=KernelClass.LOWP_GEMM, bytes=moved)]
 
 
 def quantize_kernel(name: str, m: int, n: int, k: int, lowp: LowPrecision,
@@ -205,15 +211,11 @@ def experts_gemm(name: str, routed: int, n: int, k: int, local: int, per_expert:
     """The local experts' grouped GEMM over ``routed`` token copies, output width
     ``n`` and input ``k``: one expert's shape, all their FLOPs, each expert's
     weight read once; under low precision at the format's peak after its cast."""
-    e, params = sh.dtype_bytes, local * k * n
-    if sh.lowp is None:
-        return [Kernel(name, KernelClass.GEMM, 2.0 * routed * n * k,
-                       e * (routed * k + params + routed * n), (per_expert, n, k), params)]
-    q = sh.lowp.recipe.quantized_bytes
-    return [quantize_kernel(name, routed, n, k, sh.lowp, weights=params),
-            Kernel(name, KernelClass.LOWP_GEMM, 2.0 * routed * n * k,
-                   q * (routed * k + params) + BF16_BYTES * routed * n, (per_expert, n, k),
-                   params)]
+    params = local * k * n
+    kernel = Kernel(name, KernelClass.GEMM, 2.0 * routed * n * k,
+                    sh.dtype_bytes * (routed * k + params + routed * n), (per_expert, n, k),
+                    params)
+    return [kernel] if sh.lowp is None else low_precision(kernel, routed, params, sh.lowp)
 
 
 def is_expert(kernel: Kernel) -> bool:

@@ -50,11 +50,9 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
     ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
     by its plan position (``-1 - n`` in a backward)."""
     ctx = b.ctx
-    sh, phase = ctx.shard, Phase.FORWARD if forward else Phase.BACKWARD
+    phase = Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.pass_plan(layer, forward)
-    comm_bytes = sh.tokens * ctx.model.hidden * sh.dtype_bytes
-    gathered = comm_bytes if sh.lowp is None or not forward else tensor.lowp_gather_bytes(
-        sh, ctx.model.hidden, ctx.parallel.tp_comm_overlap)  # a forward all-gather's
+    comm_bytes, gathered = ctx.tp_bytes[forward]
     if gather and sharded.copy_out(b, layer, phase, mb, gather):
         gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
     extra = gather

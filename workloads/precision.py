@@ -129,6 +129,16 @@ class LowPrecision:
         reads += 1 if hadamard and self.recipe.hadamard else 0
         return elements * (BF16_BYTES * reads + self.recipe.quantized_bytes * self.orientations)
 
+    def gather_bytes(self, elements: float, userbuffers: bool) -> float:
+        """Bytes a sequence-parallel all-gather of ``elements`` moves in the
+        forward: each rank quantizes its shard and Transformer Engine gathers the
+        quantized copies (the row-wise one for per-tensor FP8, row- and
+        column-wise for the block formats); userbuffers (``tp_comm_overlap``) hold
+        BF16 under NVFP4 (Megatron-Core sets their quantization from FP8 only)."""
+        if userbuffers and self.recipe.precision == "nvfp4":
+            return elements * BF16_BYTES
+        return elements * self.recipe.quantized_bytes * (2 if self.recipe.block else 1)
+
     def weight_bytes(self, params: float) -> float:
         """Bytes of the cached low-precision copies of ``params`` weights."""
         return params * self.recipe.quantized_bytes * self.orientations

@@ -83,6 +83,18 @@ class Context:
         return sum(k.params for k in K.layer_kernels(self.model, self.shard))
 
     @cached_property
+    def tp_bytes(self) -> dict[bool, tuple[float, float]]:
+        """Forward? -> (bytes of a tensor-parallel call on one micro-batch's
+        activations, of its all-gathers: under low precision the forward's carry
+        the quantized tensor, ``LowPrecision.gather_bytes``)."""
+        sh = self.shard
+        elements = sh.tokens * self.model.hidden
+        plain = elements * sh.dtype_bytes
+        gathered = plain if sh.lowp is None else sh.lowp.gather_bytes(
+            elements, self.parallel.tp_comm_overlap)
+        return {True: (plain, gathered), False: (plain, plain)}
+
+    @cached_property
     def act_bytes(self) -> float:
         """Bytes one micro-batch's activation tensor has when crossing a stage."""
         sh = self.shard

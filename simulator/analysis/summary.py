@@ -3,8 +3,8 @@
 Keys (a contract, see the README): ``iteration_time_s`` (end of the last span),
 ``tokens_per_s``, ``model_tflops_per_gpu`` (model FLOPs without recompute, per
 second per GPU), ``mfu`` (that over the GPU's dense BF16 peak, FP16's at fp16;
-under low precision also ``mfu_lowp``, over the precision's dense peak, and
-``lowp_overhead_s``, the critical rank's time in casts: ``lowp_keys``),
+under low precision also ``precision``, ``mfu_lowp``, over the precision's dense
+peak, and ``lowp_overhead_s``, the critical rank's time in casts),
 ``gpus``, the breakdown of the rank that finishes last (``compute_s``,
 ``exposed_comm_s``, ``overlapped_comm_s``, ``comm_wait_s``, ``bubble_s``, and
 ``idle_s``; see ``simulator.analysis.timeline``), ``compute_s_by_kind`` (its compute
@@ -122,10 +122,13 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
         "gpus": gpus,
         "critical_rank": critical,
     }
-    if lowp is not None:
-        summary.update(lowp_keys(spans, critical, model_flops_per_gpu, *lowp))
+    by_kind = compute_by_kind(spans, critical)
+    if lowp is not None:  # (the casts: where the format's speed-up is lost)
+        precision, lowp_peak = lowp
+        summary.update(precision=precision, mfu_lowp=model_flops_per_gpu / lowp_peak,
+                       lowp_overhead_s=by_kind["casts"])
     summary.update(rank_breakdown(spans, critical, iteration))
-    summary["compute_s_by_kind"] = compute_by_kind(spans, critical)
+    summary["compute_s_by_kind"] = by_kind
     stage_of = dict(enumerate(program.stage)) if program.stage else None
     if path is None:
         path = critical_path.critical_path(spans)
@@ -166,18 +169,6 @@ def compute_by_kind(spans: pd.DataFrame, rank: int) -> dict[str, float]:
     return {"gemm": float(seconds[gemm].sum()), "attention": float(seconds[attention].sum()),
             "casts": float(seconds[casts].sum()),
             "other": float(seconds[~(gemm | attention | casts)].sum())}
-
-
-def lowp_keys(spans: pd.DataFrame, rank: int, model_flops_per_gpu: float, precision: str,
-              peak: float) -> dict[str, object]:
-    """A low-precision run's keys: its ``precision``, ``mfu_lowp`` (model FLOP/s
-    over the precision's dense peak, as sources that quote FP8 MFU count it) and
-    ``lowp_overhead_s``, the seconds ``rank`` spends in casts (quantizing
-    operands and gradients): where the format's speed-up is lost."""
-    rows = spans[(spans["rank"] == rank) & (spans["kind"] == "compute")]
-    casts = rows[rows["name"].astype(str).str.endswith(QUANTIZE_SUFFIX)]
-    return {"precision": precision, "mfu_lowp": model_flops_per_gpu / peak,
-            "lowp_overhead_s": float((casts["end"] - casts["start"]).sum())}
 
 
 def host_keys(program: Program, memory_events, ranks: Sequence[int], capacity: float,

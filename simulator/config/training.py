@@ -43,7 +43,7 @@ def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:
                        f"{training.precision}")
     if not low:
         return
-    recipe = RECIPES[training.fp8_recipe] if training.fp8_recipe else training.recipe
+    recipe = training.recipe
     if recipe.precision != training.precision:
         fits = [r for r, v in RECIPES.items() if v.precision == training.precision]
         raise fail("training.fp8_recipe", recipe.name,

@@ -95,18 +95,6 @@ def _gemm(item: tuple | None) -> bool:
     return item is not None and item[0] == "kernel" and item[1].shape is not None
 
 
-def lowp_gather_bytes(sh: K.Shard, hidden: int, userbuffers: bool) -> float:
-    """Bytes of a forward sequence-parallel all-gather under low precision: each rank
-    quantizes its shard and Transformer Engine gathers the quantized copies (the
-    row-wise one for per-tensor FP8, row- and column-wise for the block formats);
-    userbuffers (``tp_comm_overlap``) hold BF16 under NVFP4 (Megatron-Core sets
-    their quantization mode from FP8 only)."""
-    recipe = sh.lowp.recipe
-    if userbuffers and recipe.precision == "nvfp4":
-        return sh.tokens * hidden * sh.dtype_bytes
-    return sh.tokens * hidden * recipe.quantized_bytes * (2 if recipe.block else 1)
-
-
 def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, layer: int,
                extra: tuple, mem: tuple) -> int:
     """Append a GEMM pipelined with its all-gather or reduce-scatter: tp pieces of
