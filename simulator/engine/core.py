@@ -58,6 +58,8 @@ from simulator.network.fabric import Fabric
 from simulator.network.flows import Network, succeed_at
 
 STREAM_OF = attrgetter("stream")
+ROUNDING = 1e-12  # seconds: shorter waits and transfers are floating-point rounding (no
+# kernel or message of the model lasts a picosecond)
 
 
 class Engine:
@@ -230,11 +232,13 @@ class Engine:
 
     def _record(self, rank: int, op: Op, arrival: float, start: float, end: float,
                 row: int) -> None:
-        """A communication op's spans: waiting from arrival to start, then moving data."""
-        if start > arrival:
+        """A communication op's spans: waiting from arrival to start, then moving data
+        (a span shorter than ``ROUNDING`` is the rounding of two paths to one
+        time, which engines that replay steps add in another order: none)."""
+        if start > arrival + ROUNDING:
             self.spans.append((rank, op.stream, "wait", op.name, arrival, start,
                                PHASE_NAME[op.phase], op.microbatch, op.layer, 0.0, row))
-        if end > start or op.kind is OpKind.COLLECTIVE:
+        if end > start + ROUNDING or op.kind is OpKind.COLLECTIVE:
             self.spans.append((rank, op.stream, "comm", op.name, start, end,
                                PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, row))
 
