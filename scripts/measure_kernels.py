@@ -19,6 +19,7 @@ one row per kernel with the median time per call:
 
     python scripts/measure_kernels.py --model gpt3-6.7b --tp 2 --seq 2048 --out kernels.csv
     clustersim calibrate kernels.csv --gpu h100-sxm-80gb --out h100.calibration.yaml
+    python scripts/measure_kernels.py --sweep gemm,attention --out sweeps/  # shape sweeps
     # or, shape-aware, in a scenario:  cluster: {kernel_table: kernels.csv}
 
 Columns: kind (gemm | attention | memory), name, m, n, k, flops, bytes, seconds,
@@ -52,7 +53,8 @@ def gemm_shapes(model: str, tp: int, seq: int, micro_batch: int) -> list[tuple[s
     GEMM, and square GEMMs across sizes."""
     spec = MODELS[model]
     shard = Shard(micro_batch, seq, 2, tp)
-    shapes = [(k.name, *k.shape) for k in layer_kernels(spec, shard) if k.shape]
+    shapes = [(k.name, k.shape[0] // max(len(k.shape) - 3, 1), *k.shape[1:3])  # grouped:
+              for k in layer_kernels(spec, shard) if k.shape and k.cls.value == "gemm"]  # one
     shapes.append(("logits", micro_batch * seq, spec.vocab // tp, spec.hidden))
     shapes += [(f"square{n}", n, n, n) for n in SQUARES]
     return shapes
@@ -153,7 +155,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--out", default="kernels.csv")
+    parser.add_argument("--out", default="kernels.csv",
+                        help="the table's CSV file (with --sweep: a folder for the sweeps)")
+    parser.add_argument("--sweep", default="",
+                        help="comma-separated sweeps instead of the model's table: "
+                             "gemm, fp8, grouped, attention (scripts/kernel_sweeps.py)")
     args = parser.parse_args()
     try:
         import torch
@@ -161,6 +167,12 @@ def main() -> None:
         sys.exit("measure_kernels.py needs PyTorch with CUDA: pip install torch")
     if not torch.cuda.is_available():
         sys.exit("measure_kernels.py needs an NVIDIA GPU (torch.cuda.is_available() is False)")
+    if args.sweep:
+        import kernel_sweeps
+
+        kernel_sweeps.run(args.sweep.split(","), Path(args.out), timed, args.warmup,
+                          args.repeat)
+        return
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     rows = measure_gemms(args, dtype) + measure_attention(args, dtype) + measure_memory(
         args, dtype)

@@ -42,13 +42,14 @@ def test_a_healthy_run_alone_on_its_fabric_has_nothing_to_blame():
 
 
 def test_a_slow_gpu_is_blamed_for_what_it_adds():
-    healthy = run(straggler_scenario()).summary["iteration_time_s"]
+    healthy = run(straggler_scenario()).summary
     slow = run(straggler_scenario(slow={"gpu 5": 1.5}))
-    added = slow.summary["iteration_time_s"] - healthy
+    added = slow.summary["iteration_time_s"] - healthy["iteration_time_s"]
     (first, *_) = slow.summary["blame"]
     assert (first["kind"], first["cause"]) == ("straggler", "rank 5")
-    # an upper bound: the launch floor a slow GPU does not change counts as slowed
-    assert added <= first["seconds"] <= 1.5 * added
+    # an upper bound: the slower kernels fill the time the healthy GPU waited for
+    # the host to launch them, which blame counts as slowed too
+    assert added <= first["seconds"] <= added + healthy["host_stall_s"]
 
 
 def test_a_degraded_link_is_blamed_for_what_it_adds():

@@ -83,6 +83,7 @@ def test_classes_split_where_the_fabric_treats_their_ranks_differently():
     scenario["cluster"] = {"preset": "dgx-a100", "nodes": 16,
                            "fabric": {"type": "fat_tree", "leaf_ports": 24}}
     scenario["training"]["global_batch"] = 64
+    scenario["training"]["seq_len"] = 2048  # kernels long enough for the flows to meet
     scenario["training"]["cuda_graphs"] = True  # (the tiny model's kernels: not host-bound)
     auto = run(copy.deepcopy(scenario))
     assert auto.summary["simulation_exact"] is True

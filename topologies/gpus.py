@@ -32,11 +32,12 @@ class GpuSpec:
     memory_bytes: float
     hbm_bandwidth: float  # bytes/s
     gemm_efficiency: float  # fraction of peak reached by very large GEMMs
-    gemm_half_dim: float  # geometric-mean GEMM dimension at half of gemm_efficiency
+    gemm_half_dim: float  # size curve: geometric-mean GEMM dimension at half of gemm_efficiency
     attention_efficiency: float  # fraction of peak reached by fused attention
     memory_efficiency: float  # fraction of HBM bandwidth reached by streaming kernels
     kernel_overhead: float = 2e-6  # seconds per kernel launch / tail
     kernel_table: Path | None = None  # measured kernel times (``simulator.compute.table``)
+    sms: int = 0  # streaming multiprocessors: GEMMs by the tile model (0: the size curve)
     overlap_slowdown: float = 1.0  # compute's slow-down while NCCL runs (``compute.contention``)
     nvlink_generation: int = 0  # 0: not stated in the file
     nvlink_bandwidth: float = 0.0  # bytes/s per GPU per direction (the datasheet's total / 2)
@@ -72,13 +73,14 @@ class GpuFileError(ValueError):
     """A GPU or calibration file that does not hold what it should."""
 
 
-def check_calibration(values: Mapping[str, object], where: str) -> dict[str, float]:
+def check_calibration(values: Mapping[str, object], where: str,
+                      optional: tuple[str, ...] = ()) -> dict[str, float]:
     """The five efficiency figures from ``values``, checked: efficiencies in
     [``MIN_EFFICIENCY``, 1], ``gemm_half_dim`` and ``kernel_overhead`` (seconds)
-    finite and not negative."""
+    finite and not negative; an ``optional`` one left out is 0."""
     out = {}
     for key in CALIBRATION_FIELDS:
-        value = values.get(key)
+        value = values.get(key, 0.0 if key in optional else None)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GpuFileError(f"{where}: {key} {value!r} must be a number")
         bounded = key.endswith("efficiency")
@@ -104,8 +106,10 @@ def load_gpu(path: Path) -> GpuSpec:
                                          for k, v in raw["peak_tflops"].items()}),
             memory_bytes=float(raw["memory_bytes"]),
             hbm_bandwidth=float(raw["hbm_bytes_per_s"]),
-            **check_calibration(raw["calibration"], f"{path.name}: calibration"),
+            **check_calibration(raw["calibration"], f"{path.name}: calibration",
+                                optional=("gemm_half_dim",) if "sms" in raw else ()),
             kernel_table=_kernel_table(raw.get("kernel_table"), path),
+            sms=_sms(raw.get("sms", 0), path),
             overlap_slowdown=_overlap_slowdown(raw.get("overlap_slowdown", 1.0), path),
             **_interconnect(raw, path),
             efficiencies_assumed=str(raw.get("efficiencies_assumed", "")),
@@ -116,6 +120,14 @@ def load_gpu(path: Path) -> GpuSpec:
         )
     except (KeyError, TypeError) as error:
         raise GpuFileError(f"{path}: missing or malformed {error}") from None
+
+
+def _sms(value: object, path: Path) -> int:
+    """The file's SM count: a whole number >= 0 (0: GEMMs by the size curve)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GpuFileError(f"{path}: sms {value!r} must be a whole number >= 0 (the GPU's "
+                           "streaming multiprocessors; 0 or left out: the GEMM size curve)")
+    return value
 
 
 def _interconnect(raw: Mapping, path: Path) -> dict:
@@ -185,8 +197,9 @@ def _overlap_slowdown(value: object, path: Path) -> float:
 
 
 def calibrated(spec: GpuSpec, values: Mapping[str, float]) -> GpuSpec:
-    """``spec`` with its efficiencies replaced by a calibration's."""
-    return replace(spec, **{k: values[k] for k in CALIBRATION_FIELDS})
+    """``spec`` with its efficiencies replaced by a calibration's: GEMMs then
+    follow the fitted size curve, not the tile model (``sms`` 0)."""
+    return replace(spec, sms=0, **{k: values[k] for k in CALIBRATION_FIELDS})
 
 
 def _by_name(specs: list[GpuSpec]) -> dict[str, GpuSpec]:

@@ -27,10 +27,11 @@ from dataclasses import dataclass, replace
 
 from simulator.base.ir import ATTENTIONS, KernelClass
 from workloads.models import Mlp, ModelSpec
-from workloads.precision import BF16_BYTES, LowPrecision
+from workloads.precision import BF16_BYTES, FP32_BYTES, LowPrecision
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T
 LOSS_BYTES = 4  # logits are upcast to fp32 for softmax / cross-entropy
+CAUSAL = 1  # decoder attention: each query sees the keys before it (attention shapes)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Kernel:
     cls: KernelClass
     flops: float
     bytes: float
-    shape: tuple[int, int, int] | None = None
+    shape: tuple[int, ...] | None = None  # GEMM (m, n, k[, rows per group]); attention's
     params: int = 0
     backward_bytes: float | None = None  # a cast's backward moves other bytes than its forward
 
@@ -99,7 +100,7 @@ def low_precision(kernel: Kernel, m: int, weights: int, lowp: LowPrecision,
     """A GEMM ``kernel`` (m token rows, ``weights`` weight elements) under low
     precision: its cast (``quantize_kernel``), then the GEMM at the format's peak
     reading quantized operands and writing BF16."""
-    _, n, k = kernel.shape
+    n, k = kernel.shape[1:3]
     moved = lowp.recipe.quantized_bytes * (m * k + weights) + BF16_BYTES * m * n
     return [quantize_kernel(kernel.name, m, n, k, lowp, norm_fed, weights),
             replace(kernel, cls=KernelClass.LOWP_GEMM, bytes=moved)]
@@ -173,8 +174,8 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
     GEMMs, and the un-permutation that weights and sums the copies. The rank
     routes its own tokens (sequence-parallel: 1/tp of them); with every expert
     equally loaded its ``experts / ep`` local experts receive as many token
-    copies as it sends, ``tokens * top_k``. A grouped GEMM's shape is one
-    expert's, its FLOPs all of them. The all-to-alls around the experts are the
+    copies as it sends, ``tokens * top_k``. A grouped GEMM's shape lists every
+    local expert's rows (``experts_gemm``). The all-to-alls around the experts are the
     program's (``strategies.expert``). With expert tensor parallelism ``etp`` each
     rank holds 1/etp of every local expert's width and runs the token copies of
     its etp group (gathered): etp x the copies on 1/etp of the width."""
@@ -185,7 +186,6 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
     n = sh.tokens // sh.norm_split  # tokens this rank routes
     own = n * k  # copies of its own tokens (permuted, sent, received back)
     routed = own * etp  # copies its experts' slices process
-    per_expert = max(1, routed // local)
     out: list[Kernel] = []
     if model.shared_experts:
         fs = model.shared_experts * model.expert_ffn  # tensor-parallel, not expert-
@@ -195,27 +195,62 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
                 elementwise("shared_act", t * ups / tp, t * fs / tp, e),
                 *linear("shared_fc2", t, h, fs // tp, sh, model.bias)]
     out += [
-        gemm("router", n, model.experts, h, e, bias=False),
-        elementwise("topk", n * model.experts, 2 * own, e),
+        *router_kernels(model, n, e),
         elementwise("permute", n * h, own * h, e),
-        *experts_gemm("experts_fc1", routed, up, h, local, per_expert, sh),
+        *experts_gemm("experts_fc1", routed, up, h, local, sh),
         elementwise("experts_act", routed * up, routed * f, e),
-        *experts_gemm("experts_fc2", routed, h, f, local, per_expert, sh),
+        *experts_gemm("experts_fc2", routed, h, f, local, sh),
         elementwise("unpermute", own * h + own, n * h, e),
     ]
     return out
 
 
-def experts_gemm(name: str, routed: int, n: int, k: int, local: int, per_expert: int,
+def router_kernels(model: ModelSpec, n: int, e: int) -> list[Kernel]:
+    """The router over ``n`` tokens (Megatron-Core's TopKRouter): the gating GEMM,
+    its score function (softmax or sigmoid, in FP32) over the E logits, the
+    top-k selection (values and indices of k experts), and the load-balancing
+    loss over the probabilities where the recipe computes it (Fedus et al. 2022:
+    each expert's mean probability and token share), each a memory-bound kernel
+    with the bytes it moves."""
+    scores, own = n * model.experts, n * model.top_k
+    out = [gemm("router", n, model.experts, model.hidden, e, bias=False),
+           Kernel(f"router_{model.router}", KernelClass.ELEMENTWISE, 0.0,
+                  e * scores + FP32_BYTES * scores),
+           Kernel("topk", KernelClass.ELEMENTWISE, 0.0, FP32_BYTES * scores + 2 * e * own)]
+    if model.router_aux_loss:
+        out.append(Kernel("router_aux_loss", KernelClass.ELEMENTWISE, 0.0,
+                          FP32_BYTES * (scores + own + 2 * model.experts)))
+    return out
+
+
+def experts_gemm(name: str, routed: int, n: int, k: int, local: int,
                  sh: Shard) -> list[Kernel]:
     """The local experts' grouped GEMM over ``routed`` token copies, output width
-    ``n`` and input ``k``: one expert's shape, all their FLOPs, each expert's
-    weight read once; under low precision at the format's peak after its cast."""
+    ``n`` and input ``k``: all their FLOPs, each expert's weight read once, and the
+    shape (routed, n, k, rows of each of the ``local`` experts), which the compute
+    model tiles expert by expert (``compute.gemm``; the routing draw's counts
+    replace the even split per pass); under low precision at
+    the format's peak after its cast."""
     params = local * k * n
     kernel = Kernel(name, KernelClass.GEMM, 2.0 * routed * n * k,
-                    sh.dtype_bytes * (routed * k + params + routed * n), (per_expert, n, k),
-                    params)
+                    sh.dtype_bytes * (routed * k + params + routed * n),
+                    (routed, n, k, *expert_rows(routed, local)), params)
     return [kernel] if sh.lowp is None else low_precision(kernel, routed, params, sh.lowp)
+
+
+def expert_rows(routed: int, local: int, factors=None) -> tuple[int, ...]:
+    """Token copies of each of ``local`` experts: ``routed`` split evenly, or each
+    expert's even share times its ``factors`` entry (a routing draw's, rounded).
+
+    >>> expert_rows(10, 4)
+    (3, 3, 2, 2)
+    >>> expert_rows(8, 2, (1.5, 0.25))
+    (6, 1)
+    """
+    if factors is not None:
+        return tuple(int(round(routed / local * f)) for f in factors)
+    q, r = divmod(routed, local)
+    return (q + 1,) * r + (q,) * (local - r)
 
 
 def is_expert(kernel: Kernel) -> bool:
@@ -226,28 +261,34 @@ def is_expert(kernel: Kernel) -> bool:
 
 def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None
                       ) -> list[Kernel]:
-    """The attention core: one fused kernel (FlashAttention), or, unfused as in
+    """The attention core: one fused kernel (FlashAttention, cuDNN), shaped
+    (micro-batch x local heads, queries, keys, head size, causal) for the
+    compute model's tables (``compute.attention``), or, unfused as in
     Megatron-LM 2021, a batched QK^T GEMM, a softmax (with dropout) over the
-    s x s scores, and a batched GEMM with V. Both count 4 b s^2 h FLOPs (h: the
-    heads' width); a sliding window of w keys (fused only) 4 b s min(s, w) h."""
+    s x s scores, and a batched GEMM with V, one GEMM per (sequence, head)
+    (a grouped shape: ``experts_gemm``). Both count 4 b s^2 h FLOPs (h: the
+    heads' width), causal masking or not; a sliding window of w keys (fused
+    only) 4 b s min(s, w) h."""
     t, h, e, tp = sh.tokens, model.attention_width, sh.dtype_bytes, sh.tp
     kv = 2 * model.kv_heads * model.head_dim
     keys = sh.seq if window is None else min(sh.seq, window)
     flops = 4.0 * t * keys * h / tp
-    if sh.flash:
-        nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
-        cls = KernelClass.LOWP_ATTENTION if sh.fp8_attention else KernelClass.ATTENTION
-        return [Kernel("attention", cls, flops, nbytes)]
     heads, d = model.heads // tp, model.head_dim
     batch = sh.micro_batch * heads  # one GEMM per (sequence, head)
     queries = t // sh.micro_batch
+    if sh.flash:
+        nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
+        cls = KernelClass.LOWP_ATTENTION if sh.fp8_attention else KernelClass.ATTENTION
+        return [Kernel("attention", cls, flops, nbytes, (batch, queries, keys, d, CAUSAL))]
     scores = batch * queries * sh.seq
-    per = (queries, sh.seq, d)
+    each = (queries,) * batch
     qk = Kernel("attn_scores", KernelClass.GEMM, flops / 2,
-                e * batch * (queries * d + sh.seq * d + queries * sh.seq), per)
+                e * batch * (queries * d + sh.seq * d + queries * sh.seq),
+                (batch * queries, sh.seq, d, *each))
     softmax = elementwise("softmax", scores, 2 * scores, e)  # scores in; probs and mask out
     av = Kernel("attn_values", KernelClass.GEMM, flops / 2,
-                e * batch * (queries * sh.seq + sh.seq * d + queries * d), (queries, d, sh.seq))
+                e * batch * (queries * sh.seq + sh.seq * d + queries * d),
+                (batch * queries, d, sh.seq, *each))
     return [qk, softmax, av]
 
 

@@ -8,6 +8,9 @@ them (``chunk_layers``; DeepSpeed ZeRO-3's per-tensor gathers:
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads import offload
@@ -75,6 +78,8 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
         kernel = item[1]
         if what == "expert":  # at the most loaded EP rank's pace
             scale = ctx.routing.scale[layer][mb]
+            if ctx.routing.spread is not None and kernel.shape and len(kernel.shape) > 3:
+                kernel = drawn_rows(kernel, tuple(ctx.routing.spread[layer][mb].tolist()))
             item = (what, kernel, item[2] * scale, item[3] * scale)
         if fetch is not None:
             extra = fetch(layer, n if forward else -1 - n) or extra
@@ -179,3 +184,13 @@ def _gather_next(b: Stage, nxt: int, phase: Phase, mb: int, unit: int | None):
     if unit is not None:
         return sharded.gather(b, nxt, phase, mb, b.last_compute, unit)
     return sharded.gather_layer(b, nxt, phase, mb, b.last_compute)
+
+
+@lru_cache(maxsize=4096)
+def drawn_rows(kernel: K.Kernel, factors: tuple[float, ...]) -> K.Kernel:
+    """An expert grouped GEMM ``kernel`` with each local expert's rows as the
+    routing draw gave the most loaded rank (``Routing.spread``; cached: a pass
+    of each layer and micro-batch asks again)."""
+    routed, n, k, *rows = kernel.shape
+    counts = K.expert_rows(routed, len(rows), factors)
+    return replace(kernel, shape=(sum(counts), n, k, *counts))

@@ -55,6 +55,9 @@ class ModelSpec:
     first_dense_layers: int = setting(integer(0), 0)  # DeepSeek's first_k_dense_replace
     capacity_factor: float | None = setting(number(0.01), None)  # None: dropless
     router: str = setting(choice(["softmax", "sigmoid"]), "softmax")  # score function
+    # the load-balancing loss over the router's probabilities (Megatron-Core's default
+    # --moe-router-load-balancing-type aux_loss; false: none, or aux-loss-free biases)
+    router_aux_loss: bool = setting(boolean, True)
     # how tokens spread over the experts (``workloads.routing``), seeded by the scenario
     routing: str = setting(choice(["uniform", "balanced", "round_robin", "zipf", "histogram"]),
                            "uniform")

@@ -42,6 +42,7 @@ PRECISIONS = HIGH + LOW
 BF16_BYTES = 2
 FP32_BYTES = 4
 
+ELEMENT_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}  # a low format's element, no scale
 ATTENTION_PEAK = "fp8"  # FP8 dot-product attention (cuDNN) in every low precision
 
 

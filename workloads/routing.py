@@ -62,6 +62,10 @@ class Routing:
     ranks_per_token: float = 1.0  # EP ranks holding a token's experts, on average
     # MoE layer -> per micro-batch: the mean rank's kept copies / balanced (1 dropless)
     kept: dict[int, np.ndarray] | None = None
+    # MoE layer -> (micro-batches, local experts): the most loaded rank's copies of
+    # each of its experts over the even share (its grouped GEMMs' rows, expert by
+    # expert); None: every expert its even share
+    spread: dict[int, np.ndarray] | None = None
 
     def over_mean(self) -> tuple[dict, dict]:
         """(expert kernels', exchanges') factors over the mean rank's kept load, at
@@ -118,7 +122,7 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
     (its tokens x top_k), an EP group of ``ep`` ranks."""
     total, experts = copies * ep, model.experts
     cap = math.ceil(model.capacity_factor * total / experts) if model.capacity_factor else None
-    scale, exchange, kept, ranks_max, experts_max, dropped = {}, {}, {}, [], [], 0.0
+    scale, exchange, kept, spread, ranks_max, experts_max, dropped = {}, {}, {}, {}, [], [], 0.0
     layers = [n for n in range(model.layers) if model.is_moe_layer(n)]
     for index, layer in enumerate(layers):
         rng = np.random.default_rng([seed, ROUTING_SEED, layer])
@@ -130,7 +134,10 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
         if cap is not None:
             dropped += float(np.maximum(counts - cap, 0).sum())
             counts = np.minimum(counts, cap)
-        loads = counts.reshape(micro_batches, ep, experts // ep).sum(axis=2)
+        local = counts.reshape(micro_batches, ep, experts // ep)
+        loads = local.sum(axis=2)
+        busiest = local[np.arange(micro_batches), loads.argmax(axis=1)]
+        spread[layer] = np.round(busiest / (copies / local.shape[2]) * GRAIN) / GRAIN
         scale[layer] = np.round(loads.max(axis=1) / copies * GRAIN) / GRAIN
         kept[layer] = loads.mean(axis=1) / copies  # (1: nothing dropped)
         exchange[layer] = np.maximum(scale[layer], np.round(kept[layer] * GRAIN) / GRAIN)
@@ -141,4 +148,5 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
                    float(np.mean(experts_max)) if experts_max else 1.0,
                    dropped / (total * passes) if passes else 0.0,
                    any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()),
-                   ranks_per_token(model, ep), kept)
+                   ranks_per_token(model, ep), kept,
+                   spread if model.routing not in ("balanced", "round_robin") else None)

@@ -62,6 +62,10 @@ class TrainingSpec:
     fp8_param_gather: bool = setting(boolean, False)
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
+    # which fused attention kernel (simulator.compute.attention): auto is the framework's
+    # on the GPU; unfused is flash_attention: false (two GEMMs around a softmax)
+    attention_kernel: str = setting(choice(["auto", "flash2", "flash3", "cudnn", "triton",
+                                            "unfused"]), "auto")
     # host time to issue one kernel (PyTorch eager dispatch and launch): within a
     # pipeline step the GPU cannot run kernels faster than the host issues them
     # (simulator.compute.host). Default: the launch floor of the reference H100

@@ -113,7 +113,9 @@ class Op(NamedTuple):
     kernel: KernelClass | None = None  # compute ops
     flops: float = 0.0  # FLOPs the GPU executes (recompute and all)
     bytes: float = 0.0  # compute: HBM bytes moved; collective: buffer size S
-    shape: tuple[int, int, int] | None = None  # GEMM (m, n, k)
+    # GEMM (m, n, k), a grouped GEMM's (m, n, k, rows of each group), attention's
+    # (batch x heads, queries, keys, head size, causal)
+    shape: tuple[int, ...] | None = None
     collective: Collective | None = None
     group: str = ""  # parallel dimension of the collective's group, e.g. "dp"
     microbatch: int = -1

@@ -187,11 +187,16 @@ def _fit_memory(rows: pd.DataFrame, gpu: GpuSpec, cap: float) -> tuple[float, fl
     return 1.0 / (slope * gpu.hbm_bandwidth), overhead
 
 
+CURVE_HALF_DIM = 900.0  # the size curve's H100 figure (before the tile model): the
+# curve's shape where a table's GEMMs cannot fit it and the GPU file has none
+
+
 def _fit_gemm(rows: pd.DataFrame, peak: float, overhead: float,
               gpu: GpuSpec) -> tuple[float, float]:
-    """(gemm_efficiency, gemm_half_dim) from GEMM rows."""
+    """(gemm_efficiency, gemm_half_dim) of the size curve from GEMM rows (a
+    calibration fits the curve: it replaces the tile model)."""
     if rows.empty:
-        return gpu.gemm_efficiency, gpu.gemm_half_dim
+        return gpu.gemm_efficiency, gpu.gemm_half_dim or CURVE_HALF_DIM
     x = (rows["m"] * rows["n"] * rows["k"]).to_numpy(float) ** (1.0 / 3.0)
     achieved = rows["flops"].to_numpy(float) / (peak * (rows["seconds"].to_numpy(float)
                                                         - overhead))
@@ -203,7 +208,8 @@ def _fit_gemm(rows: pd.DataFrame, peak: float, overhead: float,
         if inverse < 1:  # the curve would pass the peak: hold E at 1, fit h alone
             slope = float(np.sum((1 - achieved) * achieved / x) / np.sum((achieved / x) ** 2))
             return 1.0, max(slope, 0.0)
-    half = gpu.gemm_half_dim  # one size: keep the curve's shape, fit its height
+    half = gpu.gemm_half_dim or CURVE_HALF_DIM  # one size: keep the curve's shape, fit
+    # its height
     return float(np.median(achieved * (x + half) / x)), half
 
 

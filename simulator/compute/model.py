@@ -3,8 +3,12 @@ corrected by a measured kernel table where the GPU has one (``compute.table``).
 
     t = max(flops / (peak * eff(kernel)), bytes / (hbm * mem_eff)) + overhead
 
-GEMM efficiency rises with size, ``eff = gemm_eff * x / (x + x_half)`` where x is
-the geometric mean of (m, n, k): small GEMMs cannot fill the GPU's SMs. Fused
+A GEMM's efficiency follows its shape on the GPU's SMs (``compute.gemm``: output
+tiles, pipeline fill per tile, SMs left idle; a backward GEMM is its input- and
+weight-gradient GEMMs, a grouped GEMM its experts' tiles together) where the GPU
+file gives its ``sms``; otherwise (a calibration file's fit) it rises with size
+along one curve, ``eff = gemm_eff * x / (x + x_half)`` where x is the geometric
+mean of (m, n, k). Fused
 attention runs at a constant fraction of peak; element-wise kernels are bound
 by memory bandwidth. Under low precision (``workloads.precision``) the linear
 layers' GEMMs run at the format's dense peak, reaching the fraction of BF16's
@@ -25,8 +29,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from simulator.base.ir import HOST_KERNELS, KernelClass, Op, OpKind
-from workloads.precision import ATTENTION_PEAK, high_precision, is_low
+from simulator.base.ir import ATTENTIONS, GEMMS, HOST_KERNELS, KernelClass, Op, OpKind, Phase
+from simulator.compute.attention import AttentionModel, model_for, resolve
+from simulator.compute.gemm import TileModel
+from workloads.precision import ATTENTION_PEAK, ELEMENT_BYTES, high_precision, is_low
 
 
 @dataclass(frozen=True)
@@ -47,39 +53,60 @@ class ComputeModel:
     lowp_attention_peak: float = 0.0  # FP8 attention's dense FLOP/s (the FP8 peak)
     lowp_attention: float = 1.0  # its efficiency relative to BF16 attention's
     cast: float = 1.0  # a cast kernel's share of the streaming memory efficiency
+    lowp_bytes: float = 1.0  # bytes of one low-precision operand element
+    tiles: TileModel | None = None  # GEMMs by tiles on the SMs (None: the size curve)
+    attention: AttentionModel | None = None  # fused attention by shape (None: a constant)
 
     @classmethod
-    def of(cls, gpu, precision: str, host_link: float = 0.0,
-           host_memory: float = 0.0) -> ComputeModel:
+    def of(cls, gpu, precision: str, host_link: float = 0.0, host_memory: float = 0.0,
+           attention: str = "") -> ComputeModel:
         """The model of a GPU spec (``topologies.GpuSpec``) at ``precision``, with
         the GPU's kernel table where it has one for that precision; ``host_link``
         and ``host_memory`` time offloading's copies and host work (the cluster's
         ``ClusterSpec.host_rates``). A low ``precision`` times the linear layers'
-        GEMMs at its peak and everything else at BF16's (``high_precision``)."""
+        GEMMs at its peak and everything else at BF16's (``high_precision``).
+        ``attention``: the fused attention kernel (``compute.attention.resolve``;
+        "": the GPU file's constant efficiency)."""
         high = high_precision(precision)
         roofline = cls(gpu.peak(high), gpu.hbm_bandwidth, gpu.gemm_efficiency,
                        gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
                        gpu.kernel_overhead, assumed=gpu.efficiencies_assumed,
-                       host_link=host_link, host_memory=host_memory)
+                       host_link=host_link, host_memory=host_memory,
+                       tiles=TileModel(gpu.sms, gpu.gemm_efficiency, gpu.architecture != "ampere")
+                       if gpu.sms else None,
+                       attention=model_for(gpu, attention) if attention and gpu.sms else None)
         if is_low(precision):
             lowp = gpu.low_precision
             roofline = replace(
                 roofline, lowp_peak=gpu.peak(precision), lowp_gemm=lowp[precision],
                 lowp_attention_peak=gpu.peak(ATTENTION_PEAK),
-                lowp_attention=lowp.get("fp8_attention", 1.0), cast=lowp["cast"])
+                lowp_attention=lowp.get("fp8_attention", 1.0), cast=lowp["cast"],
+                lowp_bytes=ELEMENT_BYTES[precision])
         if gpu.kernel_table is None:
             return roofline
         from simulator.compute.table import for_gpu
 
         return replace(roofline, table=for_gpu(str(gpu.kernel_table), gpu, high, roofline))
 
+    @classmethod
+    def for_training(cls, gpu, training, framework: str, host_rates: tuple = ()
+                     ) -> ComputeModel:
+        """The model a run of ``training`` (a ``TrainingSpec``) in ``framework``
+        on ``gpu`` uses: its precision and its attention kernel
+        (``compute.attention.resolve``)."""
+        kernel = resolve(training.attention_kernel, framework, gpu, training.flash_attention)
+        return cls.of(gpu, training.precision, *host_rates, attention=kernel)
+
     def describe(self) -> str:
         """Which model times the kernels, for the run's summary."""
+        gemms = f"GEMMs by {self.tiles.describe()}" if self.tiles else "GEMMs by size curve"
         if self.table is not None:
             out = f"roofline corrected by the kernel table {self.table.describe()}"
         else:
             out = f"roofline (efficiencies assumed: {self.assumed})" if self.assumed \
                 else "roofline"
+        out += f"; {gemms}; " + (self.attention.describe() if self.attention else
+                                  "attention at a constant efficiency")
         if self.lowp_peak:
             out += (f"; low-precision GEMMs at {self.lowp_peak / 1e12:g} TFLOP/s with "
                     f"{self.lowp_gemm:g} of BF16's efficiency by shape, casts at "
@@ -89,8 +116,11 @@ class ComputeModel:
     def efficiency(self, op: Op) -> float:
         """Fraction of its peak FLOP/s that ``op`` reaches."""
         kernel = op.kernel
-        if kernel in (KernelClass.GEMM, KernelClass.LOWP_GEMM) and op.shape is not None:
-            m, n, k = op.shape
+        if kernel in GEMMS and op.shape is not None and self.tiles is not None:
+            return self.tile_efficiency(op)
+        if kernel in GEMMS and op.shape is not None:
+            m, n, k = op.shape[:3]
+            m /= max(len(op.shape) - 3, 1)  # a grouped GEMM: one expert's rows
             x = float(m * n * k) ** (1.0 / 3.0)
             large = self.gemm_efficiency * (1.0 if kernel is KernelClass.GEMM else
                                             self.lowp_gemm)
@@ -100,6 +130,25 @@ class ComputeModel:
         if kernel is KernelClass.LOWP_ATTENTION:
             return self.attention_efficiency * self.lowp_attention
         return 1.0
+
+    def tile_efficiency(self, op: Op) -> float:
+        """A GEMM's efficiency from the tile model: forward C = A B, backward
+        its input gradient (m, k, n) and weight gradient (k, n, m), each
+        expert's own (``op.shape[3:]``: a grouped GEMM's rows per expert)."""
+        m, n, k = op.shape[:3]
+        groups = op.shape[3:]
+        low = op.kernel is KernelClass.LOWP_GEMM
+        peak = self.peak(op) * (self.lowp_gemm if low else 1.0)
+        size = self.lowp_bytes if low else 2.0
+        flops = 2.0 * m * n * k
+        if op.phase is Phase.BACKWARD:
+            g = max(len(groups), 1)
+            seconds = self.tiles.seconds(m, k, n, peak, size, groups) + self.tiles.seconds(
+                k * g, n, m / g, peak, size, (k,) * len(groups))
+            flops *= 2.0
+        else:
+            seconds = self.tiles.seconds(m, n, k, peak, size, groups)
+        return flops / (self.peak(op) * seconds) if seconds > 0 else 1.0
 
     def peak(self, op: Op) -> float:
         """The dense FLOP/s ``op`` runs at: its format's."""
@@ -115,12 +164,24 @@ class ComputeModel:
         if op.kernel in HOST_KERNELS:  # a copy engine's or the CPU's: no GPU roofline
             rate = self.host_link if op.kernel is KernelClass.HOST_COPY else self.host_memory
             return op.bytes / rate + self.kernel_overhead
-        t_flops = op.flops / (self.peak(op) * self.efficiency(op)) if op.flops else 0.0
         t_memory = op.bytes / (self.hbm_bandwidth * self.memory_efficiency * (
             self.cast if op.kernel is KernelClass.QUANTIZE else 1.0))
+        if op.kernel in ATTENTIONS and self.attention is not None and op.shape:
+            return max(self.attention_seconds(op), t_memory) + self.kernel_overhead
+        t_flops = op.flops / (self.peak(op) * self.efficiency(op)) if op.flops else 0.0
         seconds = max(t_flops, t_memory) + self.kernel_overhead
         return seconds if self.table is None else seconds * math.exp(
             self.table.log_correction(op))
+
+    def attention_seconds(self, op: Op) -> float:
+        """A fused attention op's compute time from its kernel's rows (FP8
+        attention without FP8 rows: BF16's, at the FP8 peak with the GPU
+        file's FP8 efficiency relative to BF16's)."""
+        fp8 = op.kernel is KernelClass.LOWP_ATTENTION
+        seconds, _ = self.attention.seconds(op.flops, op.shape, op.phase is Phase.BACKWARD, fp8)
+        if fp8 and not self.attention.has_fp8:
+            seconds /= self.lowp_attention_peak / self.peak_flops * self.lowp_attention
+        return seconds
 
     def durations(self, ops: tuple[Op, ...]) -> np.ndarray:
         """``duration`` of each op, worked out once per distinct kernel (a stage's

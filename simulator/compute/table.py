@@ -124,10 +124,11 @@ class KernelTable:
     def log_correction(self, op: Op) -> float:
         """log c for ``op`` (0: the roofline) from the rows of its family; a
         low-precision GEMM or FP8 attention takes BF16's correction at its shape
-        (the compute model scales their efficiency relative to BF16's)."""
+        (the compute model scales their efficiency relative to BF16's); grouped
+        GEMMs (experts) keep the compute model's time."""
         if op.kernel in GEMMS and op.shape is not None:
             family = self.families.get("gemm")
-            if family is None:
+            if family is None or len(op.shape) > 3:  # a grouped GEMM: no rows of its kind
                 return 0.0
             m, n, k = op.shape
             if op.phase is Phase.BACKWARD:  # input and weight gradients

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
+from simulator.compute.attention import available
 from topologies import GpuSpec
 from workloads.frameworks import Framework
 from workloads.models import ModelSpec
@@ -28,8 +29,33 @@ def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
                    f"is not supported by {gpu.name} (it has "
                    f"{', '.join(p for p in PRECISIONS if p in gpu.peak_flops)})")
     check_low_precision(training, gpu)
+    training = attention_kernel_from(training, raw, gpu)
     return replace(training, fp8_transposes=training.recipe is not None
                    and not training.recipe.block and gpu.architecture == "hopper")
+
+
+def attention_kernel_from(training: TrainingSpec, raw: object, gpu: GpuSpec) -> TrainingSpec:
+    """``training.attention_kernel`` checked against ``flash_attention`` and the
+    GPU: ``unfused`` is ``flash_attention: false``; a fused kernel needs rows
+    that time it on this GPU (``simulator.compute.attention``)."""
+    kernel = training.attention_kernel
+    written = isinstance(raw, dict) and "flash_attention" in raw
+    if kernel == "unfused":
+        if written and training.flash_attention:
+            raise fail("training.attention_kernel", kernel, "contradicts training."
+                       "flash_attention: true; leave one of them out")
+        return replace(training, flash_attention=False)
+    if kernel != "auto" and not training.flash_attention:
+        raise fail("training.attention_kernel", kernel, "is a fused kernel, but training."
+                   "flash_attention is false; use attention_kernel: unfused")
+    if kernel == "flash3" and gpu.architecture != "hopper":
+        raise fail("training.attention_kernel", kernel, f"runs on Hopper GPUs only, not "
+                   f"{gpu.name}")
+    if kernel not in ("auto", *available(gpu)):
+        raise fail("training.attention_kernel", kernel, f"has no published rows for "
+                   f"{gpu.name} (simulator.compute.attention); it has: "
+                   f"{', '.join(available(gpu)) or 'none'} (or auto, unfused)")
+    return training
 
 
 def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:

@@ -133,8 +133,9 @@ class Estimator:
         self.graph = scenario.machine.build_graph()
         self.fabric = Fabric(self.graph)
         self.tuner = Collectives(self.fabric, scenario.algorithm, scenario.protocol)
-        self.model = ComputeModel.of(scenario.gpu, scenario.training.precision,
-                                     *scenario.machine.cluster.host_rates())
+        self.model = ComputeModel.for_training(scenario.gpu, scenario.training,
+                                               scenario.parallel.framework.value,
+                                               scenario.machine.cluster.host_rates())
         self.gpus = self.graph.graph["gpus"]
         self._collective: dict[tuple, float] = {}
         self._groups_seen: dict[tuple, tuple[int, ...]] = {}  # (dim, rank) -> group

@@ -66,8 +66,9 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
     per_job = []
     for p in placed:
         if p.job.background is None:
-            model = ComputeModel.of(scenario.gpu, p.job.training.precision,
-                                    *scenario.machine.cluster.host_rates())
+            model = ComputeModel.for_training(scenario.gpu, p.job.training,
+                                              p.job.parallel.framework.value,
+                                              scenario.machine.cluster.host_rates())
             per_job.append(make(program, model, p.job.training.host_launch, speed))
         else:
             per_job.append(_pacing(program, p.job.background.period))

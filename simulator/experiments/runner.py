@@ -127,8 +127,9 @@ class RunResult:
 
 
 def compute_model(scenario: Scenario) -> ComputeModel:
-    return ComputeModel.of(scenario.gpu, scenario.training.precision,
-                           *scenario.machine.cluster.host_rates())
+    return ComputeModel.for_training(scenario.gpu, scenario.training,
+                                     scenario.parallel.framework.value,
+                                     scenario.machine.cluster.host_rates())
 
 
 def _durations(program: Program, model: ComputeModel, per_launch: float = 0.0,

@@ -7,6 +7,8 @@ stream while the previous chunk computes.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.base.ir import CP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads.layout import Layout
@@ -54,6 +56,9 @@ def attention(b: Stage, kernel: K.Kernel, forward: bool, phase: Phase, mb: int,
     m = ctx.model
     kv = ctx.shard.tokens * 2 * m.kv_heads * m.head_dim * ctx.shard.dtype_bytes / ctx.shard.tp
     exchange = kv if forward else 2 * kv  # backward also rotates dK, dV
+    if kernel.shape:  # each chunk: this rank's queries against one rank's keys
+        heads, queries, keys, *rest = kernel.shape
+        kernel = replace(kernel, shape=(heads, queries, max(1, keys // cp), *rest))
     b.compute(kernel, phase, mb, layer, flops / cp, nbytes / cp)
     for _ in range(cp - 1):
         i = b.collective(Collective.RING_EXCHANGE, exchange, CP_STREAM, "cp", phase, mb, layer,

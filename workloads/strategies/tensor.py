@@ -105,7 +105,7 @@ def overlapped(b: Stage, item: tuple, comm_bytes: float, phase: Phase, mb: int, 
     kernel waits for the last exchange. Returns the last piece's op index."""
     _, kernel, flops, nbytes, kind = item
     tp = b.ctx.shard.tp
-    m, n, k = kernel.shape
+    m, n, k = kernel.shape[:3]
     piece = replace(kernel, shape=(max(1, m // tp), n, k))
     chunk = comm_bytes / tp
     exchanges: list[int] = []

@@ -1,0 +1,186 @@
+"""Fused attention's time by shape, from published (and the project's measured)
+benchmark tables: FlashAttention-2, FlashAttention-3, cuDNN and Triton kernels
+by GPU, precision, pass, causal masking, head size and sequence length
+(``topologies/data/kernels/attention.csv``, each row with its source).
+
+A row gives a kernel's throughput in the FlashAttention papers' counting:
+forward 4 b s^2 h d FLOPs, halved when causal, backward 2.5x the forward. An
+attention op (``workloads.kernels.attention_kernels``: shape (batch x heads,
+queries, keys, head size, causal)) takes the throughput interpolated in its
+kernel's grid, linearly in log2(sequence) and log2(head size), at its keys
+(the length each query block walks: the window under sliding-window
+attention), for the work it does (half the pairs when causal):
+
+- past the grid's longest sequence the throughput stays the longest's (the
+  s^2 term dominates: time grows as the pairs do); below its shortest it
+  falls in proportion to the sequence (a query block's fixed cost dominates);
+  head sizes outside the grid take the nearest; the summary says when a run
+  extrapolated;
+- the rows' throughputs are per full wave of thread blocks: a row's and the
+  op's blocks (one per 128 queries of each head and sequence) fill the GPU's
+  SMs to ``fill``, so an op with few blocks (a small micro-batch at high
+  tensor parallelism) runs at its share of the SMs, and a partly empty last
+  block costs a whole one;
+- GQA's shared key/value heads change the bytes, not the work: the rows of
+  standard attention time it (the project's H200 sweep: within 6 %);
+- a GPU without rows of its kernel takes those of a GPU of the same
+  architecture, scaled by the BF16 peaks' ratio (H800 and H200 from H100); with
+  none, the GPU file's constant ``attention_efficiency`` times it, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DATA = Path(__file__).resolve().parents[2] / "topologies" / "data" / "kernels" / "attention.csv"
+KERNELS = ("flash2", "flash3", "cudnn", "triton")
+BLOCK_QUERIES = 128  # queries per thread block (FlashAttention-2/3 and cuDNN on Hopper)
+BACKWARD_FACTOR = 2.5  # the papers' backward FLOPs over the forward's
+
+
+def fill(heads: float, queries: float, sms: int) -> float:
+    """Share of the SMs doing useful work over the waves that ``heads`` (batch x
+    heads) x ``queries`` take in thread blocks of ``BLOCK_QUERIES`` queries: the
+    last wave's idle SMs and the last block's empty rows.
+
+    >>> fill(132, 128, 132), fill(133, 128, 132) < 0.51, fill(132, 64, 132)
+    (1.0, True, 0.5)
+    """
+    blocks = heads * math.ceil(queries / BLOCK_QUERIES)
+    return heads * queries / BLOCK_QUERIES / (math.ceil(blocks / sms) * sms)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One (kernel, precision, pass, causal) table: throughput over head size x
+    sequence, per full wave."""
+
+    head_dims: np.ndarray  # ascending
+    seqs: np.ndarray  # ascending
+    tflops: np.ndarray  # (head dims, seqs); nan where not published
+    source: str
+
+    def rate(self, head_dim: float, seq: float) -> tuple[float, bool]:
+        """FLOP/s at (head_dim, seq) and whether that left the grid."""
+        d = float(np.clip(math.log2(head_dim), *np.log2(self.head_dims[[0, -1]])))
+        outside = not self.seqs[0] <= seq <= self.seqs[-1]
+        s = float(np.clip(math.log2(seq), *np.log2(self.seqs[[0, -1]])))
+        rows = np.log2(self.head_dims)
+        values = [np.interp(s, np.log2(self.seqs[~np.isnan(r)]), r[~np.isnan(r)])
+                  for r in self.tflops]
+        value = float(np.interp(d, rows, values)) if len(rows) > 1 else float(values[0])
+        if seq < self.seqs[0]:
+            value *= seq / self.seqs[0]
+        return value * 1e12, outside
+
+
+@dataclass(frozen=True)
+class AttentionModel:
+    """The attention kernel one run uses on its GPU: its grids by (precision,
+    pass, causal), the GPU's SMs, and the scale from the rows' GPU."""
+
+    kernel: str
+    gpu: str  # the GPU whose rows time it
+    grids: dict
+    sms: int
+    scale: float = 1.0  # this GPU's BF16 peak over the rows' GPU's
+
+    def seconds(self, flops: float, shape: tuple, backward: bool, fp8: bool = False
+                ) -> tuple[float, bool]:
+        """Seconds an attention op of ``flops`` (the simulator's count: full
+        s x keys, backward 2.5x) and ``shape`` takes; whether it extrapolated."""
+        batch_heads, queries, keys, head_dim, causal = shape
+        grid = self.grid(fp8, backward, bool(causal))
+        rate, outside = grid.rate(head_dim, keys)
+        work = 1.0 - keys / (2.0 * queries * 1.0) if causal and keys < queries else (
+            0.5 if causal else 1.0)
+        return flops * work / (rate * self.scale * fill(batch_heads, queries, self.sms)), outside
+
+    @property
+    def has_fp8(self) -> bool:
+        return any(key[0] == "fp8" for key in self.grids)
+
+    def grid(self, fp8: bool, backward: bool, causal: bool) -> Grid:
+        dtype = "fp8" if fp8 and ("fp8", "forward", causal) in self.grids else "bf16"
+        key = (dtype, "backward" if backward else "forward", causal)
+        return self.grids.get(key) or self.grids[(dtype, key[1], not causal)]
+
+    def describe(self) -> str:
+        sources = sorted({g.source for g in self.grids.values()})
+        scaled = f" scaled by {self.scale:.3g}" if self.scale != 1.0 else ""
+        return (f"{self.kernel} attention by shape from {self.gpu}'s rows{scaled} "
+                f"({'; '.join(sources)})")
+
+
+@lru_cache(maxsize=1)
+def rows() -> pd.DataFrame:
+    """The attention data file, throughputs normalised to full waves."""
+    table = pd.read_csv(DATA, comment="#")
+    table["causal"] = table["causal"].astype(str).str.lower() == "true"
+    return table
+
+
+def resolve(kernel: str, framework: str, gpu, fused: bool = True) -> str:
+    """The kernel ``training.attention_kernel`` names on ``gpu``: ``auto`` is the
+    framework's choice. Transformer Engine (Megatron) runs cuDNN's fused
+    attention on Hopper and Blackwell and FlashAttention-2 on Ampere; PyTorch's
+    scaled_dot_product_attention (FSDP, TorchTitan, DeepSpeed) its
+    FlashAttention-2 backend, cuDNN's on Blackwell. "" where no rows time it
+    (the GPU file's constant efficiency then does); ``unfused`` without
+    ``fused`` attention."""
+    if not fused or kernel == "unfused":
+        return "unfused"
+    if kernel != "auto":
+        return kernel
+    arch = gpu.architecture
+    wanted = "flash2" if arch == "ampere" or (arch == "hopper" and framework != "megatron") \
+        else "cudnn"
+    have = available(gpu)
+    return wanted if wanted in have else (have[0] if have else "")
+
+
+def available(gpu) -> list[str]:
+    """Kernels with rows for ``gpu`` or a GPU of its architecture."""
+    table = rows()
+    names = set(table.loc[table["gpu"].isin(peers(gpu)), "kernel"])
+    return [k for k in KERNELS if k in names]
+
+
+def peers(gpu) -> list[str]:
+    """``gpu``'s name, then the other GPUs of its architecture (rows to borrow)."""
+    from topologies.gpus import GPUS
+
+    same = sorted({g.name for g in GPUS.values() if g.architecture == gpu.architecture
+                   and g.name != gpu.name and gpu.architecture})
+    return [gpu.name, *same]
+
+
+def model_for(gpu, kernel: str) -> AttentionModel | None:
+    """The attention model of ``kernel`` on ``gpu`` (None: no rows to time it)."""
+    from topologies.gpus import GPUS
+
+    table = rows()
+    for name in peers(gpu):
+        mine = table[(table["gpu"] == name) & (table["kernel"] == kernel)]
+        if mine.empty:
+            continue
+        grids = {key: _grid(group, gpu.sms) for key, group in
+                 mine.groupby(["dtype", "pass", "causal"])}
+        scale = gpu.peak("bf16") / GPUS[name].peak("bf16")
+        return AttentionModel(kernel, name, grids, gpu.sms, scale)
+    return None
+
+
+def _grid(group: pd.DataFrame, sms: int) -> Grid:
+    group = group.assign(full=group["tflops"] / [
+        fill(b * h, s, sms) for b, h, s in zip(group["batch"], group["heads"], group["seq"],
+                                               strict=True)])
+    pivot = group.pivot_table(index="head_dim", columns="seq", values="full", aggfunc="mean")
+    return Grid(pivot.index.to_numpy(float), pivot.columns.to_numpy(float),
+                pivot.to_numpy(float), "; ".join(sorted(set(group["source"]))))
