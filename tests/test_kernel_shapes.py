@@ -39,28 +39,30 @@ def tile_seconds(gpu, m, n, k) -> float:
     return model.duration(op) - model.kernel_overhead
 
 
-def test_the_tile_model_times_the_h200_sweep_within_its_spread():
-    sweep = pd.read_csv(SWEEPS / "gemm_sweep.csv")
+@pytest.mark.parametrize("gpu", [H100, H200], ids=lambda g: g.name)
+def test_the_tile_model_times_the_measured_sweep_within_its_spread(gpu):
+    sweep = pd.read_csv(KERNELS / gpu.name.split("-")[0] / "gemm_sweep.csv")
     sweep = sweep[sweep["seconds"] > HOST_BOUND]
-    errors = np.array([tile_seconds(H200, r.m, r.n, r.k) / r.seconds - 1
+    errors = np.array([tile_seconds(gpu, r.m, r.n, r.k) / r.seconds - 1
                        for r in sweep.itertuples()])
     assert len(errors) > 150
-    assert np.mean(np.abs(errors)) < 0.08  # 6 % measured
-    assert np.mean(np.abs(errors)) < curve_error(sweep)  # better than one curve by size
+    assert np.mean(np.abs(errors)) < 0.08  # 6-7 % measured
+    assert np.mean(np.abs(errors)) < curve_error(sweep, gpu)  # better than one curve by size
 
 
-def curve_error(sweep: pd.DataFrame) -> float:
+def curve_error(sweep: pd.DataFrame, gpu) -> float:
     """The size curve's (gemm_efficiency 0.75, half size 900) mean absolute error."""
     x = (sweep["m"] * sweep["n"] * sweep["k"]) ** (1 / 3)
     seconds = np.maximum(sweep["flops"] / (BF16 * 0.75 * x / (x + 900.0)),
-                         sweep["bytes"] / (H200.hbm_bandwidth * H200.memory_efficiency))
+                         sweep["bytes"] / (gpu.hbm_bandwidth * gpu.memory_efficiency))
     return float(np.mean(np.abs(seconds / sweep["seconds"] - 1)))
 
 
 def test_the_tile_model_reproduces_the_h100_tables_layer_gemms():
     """The shipped H100 table's layer GEMMs (launch floor off) within 11 %."""
     table, _ = without_launch_floor(read_kernels(KERNELS / "h100-sxm-80gb.csv"), H100)
-    gemms = table[(table["kind"] == "gemm") & (table["seconds"] > 50e-6)]
+    layers = ~table["measured_for"].astype(str).str.startswith("gemm sweep")
+    gemms = table[layers & (table["kind"] == "gemm") & (table["seconds"] > 50e-6)]
     for r in gemms.itertuples():
         assert tile_seconds(H100, r.m, r.n, r.k) == pytest.approx(r.seconds, rel=0.11), r.name
 
@@ -117,7 +119,7 @@ def test_gqa_shapes_are_timed_by_the_standard_attention_rows(backend, kernel):
     for r in gqa.itertuples():
         for backward, seconds in ((False, r.forward_s), (True, r.backward_s)):
             op = attention_op(r.batch, r.seq, r.heads, r.head_dim, r.causal, backward)
-            assert model.duration(op) == pytest.approx(seconds, rel=0.2), r
+            assert model.duration(op) == pytest.approx(seconds, rel=0.1), r
 
 
 @settings(max_examples=40, deadline=None)

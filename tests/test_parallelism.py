@@ -130,10 +130,11 @@ def test_engine_bubble_matches_the_closed_form_when_communication_is_free():
     busy = (compute["end"] - compute["start"]).sum()
     span = compute["end"].max() - compute["start"].min()
     p, m = 4, 16
-    # The last stage also runs the logits and loss (1.5 % more work per micro-batch),
-    # and that slowest stage paces 1F1B's steady state: 16 x 0.18 ms over the ideal
-    # 293 ms, a 5 % larger bubble than (p-1)/(m+p-1).
-    assert (span - busy) / span == pytest.approx((p - 1) / (m + p - 1), rel=0.06)
+    # The last stage also runs the logits and loss (about 2 % more work per
+    # micro-batch once causal attention does half the pairs), and that slowest stage
+    # paces 1F1B's steady state: a 6-7 % larger bubble than (p-1)/(m+p-1).
+    assert (span - busy) / span == pytest.approx((p - 1) / (m + p - 1), rel=0.08)
+    assert (span - busy) / span > (p - 1) / (m + p - 1)  # never smaller than the ideal
 
 
 @pytest.mark.parametrize(("framework", "zero", "expected"), [

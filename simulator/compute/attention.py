@@ -22,7 +22,8 @@ attention), for the work it does (half the pairs when causal):
   tensor parallelism) runs at its share of the SMs, and a partly empty last
   block costs a whole one;
 - GQA's shared key/value heads change the bytes, not the work: the rows of
-  standard attention time it (the project's H200 sweep: within 6 %);
+  standard attention time it (the H100 and H200 sweeps' GQA shapes: 3 % mean
+  error, 8 % at most);
 - a GPU without rows of its kernel takes those of a GPU of the same
   architecture, scaled by the BF16 peaks' ratio (H800 and H200 from H100); with
   none, the GPU file's constant ``attention_efficiency`` times it, as before.
@@ -54,6 +55,19 @@ def fill(heads: float, queries: float, sms: int) -> float:
     """
     blocks = heads * math.ceil(queries / BLOCK_QUERIES)
     return heads * queries / BLOCK_QUERIES / (math.ceil(blocks / sms) * sms)
+
+
+def visible(queries: int, keys: int, causal: bool) -> float:
+    """Share of the queries x keys pairs a causal kernel computes: half of a
+    square, or of a sliding window's band (``keys`` < ``queries``) all but the
+    first window's triangle.
+
+    >>> visible(4096, 4096, True), visible(4096, 128, True), visible(4096, 4096, False)
+    (0.5, 0.984375, 1.0)
+    """
+    if not causal:
+        return 1.0
+    return 1.0 - keys / (2.0 * queries) if keys < queries else 0.5
 
 
 @dataclass(frozen=True)
@@ -94,22 +108,29 @@ class AttentionModel:
     def seconds(self, flops: float, shape: tuple, backward: bool, fp8: bool = False
                 ) -> tuple[float, bool]:
         """Seconds an attention op of ``flops`` (the simulator's count: full
-        s x keys, backward 2.5x) and ``shape`` takes; whether it extrapolated."""
+        s x keys, backward 2.5x) and ``shape`` takes, and whether an FP8 op
+        found FP8 rows (else these are BF16's seconds)."""
         batch_heads, queries, keys, head_dim, causal = shape
-        grid = self.grid(fp8, backward, bool(causal))
-        rate, outside = grid.rate(head_dim, keys)
-        work = 1.0 - keys / (2.0 * queries * 1.0) if causal and keys < queries else (
-            0.5 if causal else 1.0)
-        return flops * work / (rate * self.scale * fill(batch_heads, queries, self.sms)), outside
+        grid, low = self.grid(fp8, backward, bool(causal))
+        rate, _ = grid.rate(head_dim, keys)
+        work = visible(queries, keys, bool(causal))
+        return flops * work / (rate * self.scale * fill(batch_heads, queries, self.sms)), low
 
-    @property
-    def has_fp8(self) -> bool:
-        return any(key[0] == "fp8" for key in self.grids)
+    def grid(self, fp8: bool, backward: bool, causal: bool) -> tuple[Grid, bool]:
+        """The rows for a pass: FP8's where the source has them; the mask's, or
+        the other mask's where the source published one only (the work, not
+        the rate, then tells them apart)."""
+        name = "backward" if backward else "forward"
+        for dtype in ("fp8", "bf16") if fp8 else ("bf16",):
+            for mask in (causal, not causal):
+                if (dtype, name, mask) in self.grids:
+                    return self.grids[(dtype, name, mask)], dtype == "fp8"
+        raise KeyError(f"no {name} rows for {self.kernel} on {self.gpu}")
 
-    def grid(self, fp8: bool, backward: bool, causal: bool) -> Grid:
-        dtype = "fp8" if fp8 and ("fp8", "forward", causal) in self.grids else "bf16"
-        key = (dtype, "backward" if backward else "forward", causal)
-        return self.grids.get(key) or self.grids[(dtype, key[1], not causal)]
+    def extrapolated(self, shape: tuple, backward: bool) -> bool:
+        """Whether ``shape``'s keys lie outside its grid's sequences."""
+        grid, _ = self.grid(False, backward, bool(shape[4]))
+        return not grid.seqs[0] <= shape[2] <= grid.seqs[-1]
 
     def describe(self) -> str:
         sources = sorted({g.source for g in self.grids.values()})
@@ -175,6 +196,33 @@ def model_for(gpu, kernel: str) -> AttentionModel | None:
         scale = gpu.peak("bf16") / GPUS[name].peak("bf16")
         return AttentionModel(kernel, name, grids, gpu.sms, scale)
     return None
+
+
+def throughput(gpu_name: str, kernel: str, backward: bool, causal: bool, head_dim: int,
+               seq: int, batch: int, heads: int, fp8: bool = False) -> float:
+    """TFLOP/s the model gives ``kernel`` on a GPU at one shape, counted as the
+    sources count (forward 4 b s^2 h d, halved when causal; backward 2.5x):
+    one published point per source, reproduced.
+
+    >>> round(throughput("a100-sxm-80gb", "flash2", False, True, 128, 2048, 8, 16))
+    187
+    >>> round(throughput("h100-sxm-80gb", "flash3", False, True, 128, 16384, 1, 16))
+    616
+    >>> round(throughput("gb200-186gb", "cudnn", False, True, 128, 8192, 2, 64))
+    1574
+    >>> round(throughput("b200-sxm-180gb", "cudnn", False, True, 128, 8192, 1, 128, fp8=True))
+    1502
+    >>> round(throughput("h100-sxm-80gb", "cudnn", True, True, 128, 4096, 4, 16))  # measured
+    449
+    """
+    from topologies.gpus import GPUS
+
+    model = model_for(GPUS[gpu_name], kernel)
+    forward = 4.0 * batch * seq * seq * heads * head_dim
+    flops = forward * (BACKWARD_FACTOR if backward else 1.0)
+    seconds, _ = model.seconds(flops, (batch * heads, seq, seq, head_dim, int(causal)),
+                               backward, fp8)
+    return flops * visible(seq, seq, causal) / seconds / 1e12
 
 
 def _grid(group: pd.DataFrame, sms: int) -> Grid:

@@ -97,8 +97,9 @@ class ComputeModel:
         kernel = resolve(training.attention_kernel, framework, gpu, training.flash_attention)
         return cls.of(gpu, training.precision, *host_rates, attention=kernel)
 
-    def describe(self) -> str:
-        """Which model times the kernels, for the run's summary."""
+    def describe(self, ops: tuple[Op, ...] = ()) -> str:
+        """Which model times the kernels, for the run's summary; ``ops`` (a
+        rank's program): say whether its attention left the published grid."""
         gemms = f"GEMMs by {self.tiles.describe()}" if self.tiles else "GEMMs by size curve"
         if self.table is not None:
             out = f"roofline corrected by the kernel table {self.table.describe()}"
@@ -107,6 +108,12 @@ class ComputeModel:
                 else "roofline"
         out += f"; {gemms}; " + (self.attention.describe() if self.attention else
                                   "attention at a constant efficiency")
+        if self.attention and any(self.attention.extrapolated(op.shape, op.phase is
+                                                              Phase.BACKWARD)
+                                  for op in {op for op in ops if op.kernel in ATTENTIONS
+                                             and op.shape}):
+            out += (" (extrapolated past the published sequences: the longest's rate above, "
+                    "a rate falling with the sequence below)")
         if self.lowp_peak:
             out += (f"; low-precision GEMMs at {self.lowp_peak / 1e12:g} TFLOP/s with "
                     f"{self.lowp_gemm:g} of BF16's efficiency by shape, casts at "
@@ -178,8 +185,9 @@ class ComputeModel:
         attention without FP8 rows: BF16's, at the FP8 peak with the GPU
         file's FP8 efficiency relative to BF16's)."""
         fp8 = op.kernel is KernelClass.LOWP_ATTENTION
-        seconds, _ = self.attention.seconds(op.flops, op.shape, op.phase is Phase.BACKWARD, fp8)
-        if fp8 and not self.attention.has_fp8:
+        seconds, low = self.attention.seconds(op.flops, op.shape, op.phase is Phase.BACKWARD,
+                                              fp8)
+        if fp8 and not low:
             seconds /= self.lowp_attention_peak / self.peak_flops * self.lowp_attention
         return seconds
 

@@ -352,7 +352,7 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
     durations(summary["critical_rank"])  # (computed for every simulated program)
     summary.update(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
-                   compute_model=model.describe(),
+                   compute_model=model.describe(program.ops[summary["critical_rank"]]),
                    host_stall_s=durations.host_stall(summary["critical_rank"]),
                    overlap_slowdown=slowdown.note(),
                    overlap_slowdown_s=(slowdown.added_s or {}).get(summary["critical_rank"], 0.0),
