@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,7 @@ HOST_BOUND = 25e-6  # sweep rows this short were timed at the host's launch rate
 
 def tile_seconds(gpu, m, n, k) -> float:
     """The compute model's time of a forward BF16 GEMM (no kernel table)."""
-    model = ComputeModel.of(GPUS[gpu.name].__class__(**{**gpu.__dict__, "kernel_table": None}),
-                            "bf16")
+    model = ComputeModel.of(replace(gpu, kernel_table=None), "bf16")
     op = Op(OpKind.COMPUTE, "g", "compute", Phase.FORWARD, kernel=KernelClass.GEMM,
             flops=2.0 * m * n * k, bytes=2.0 * (m * k + k * n + m * n), shape=(m, n, k))
     return model.duration(op) - model.kernel_overhead

@@ -79,7 +79,7 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
         if what == "expert":  # at the most loaded EP rank's pace
             scale = ctx.routing.scale[layer][mb]
             if ctx.routing.spread is not None and kernel.shape and len(kernel.shape) > 3:
-                kernel = drawn_rows(kernel, tuple(ctx.routing.spread[layer][mb].tolist()))
+                kernel = drawn_rows(kernel, ctx.routing.spread[layer][mb])
             item = (what, kernel, item[2] * scale, item[3] * scale)
         if fetch is not None:
             extra = fetch(layer, n if forward else -1 - n) or extra

@@ -62,10 +62,10 @@ class Routing:
     ranks_per_token: float = 1.0  # EP ranks holding a token's experts, on average
     # MoE layer -> per micro-batch: the mean rank's kept copies / balanced (1 dropless)
     kept: dict[int, np.ndarray] | None = None
-    # MoE layer -> (micro-batches, local experts): the most loaded rank's copies of
+    # MoE layer -> per micro-batch, per local expert: the most loaded rank's copies of
     # each of its experts over the even share (its grouped GEMMs' rows, expert by
     # expert); None: every expert its even share
-    spread: dict[int, np.ndarray] | None = None
+    spread: dict[int, tuple[tuple[float, ...], ...]] | None = None
 
     def over_mean(self) -> tuple[dict, dict]:
         """(expert kernels', exchanges') factors over the mean rank's kept load, at
@@ -137,7 +137,8 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
         local = counts.reshape(micro_batches, ep, experts // ep)
         loads = local.sum(axis=2)
         busiest = local[np.arange(micro_batches), loads.argmax(axis=1)]
-        spread[layer] = np.round(busiest / (copies / local.shape[2]) * GRAIN) / GRAIN
+        spread[layer] = tuple(map(tuple, (np.round(busiest / (copies / local.shape[2]) * GRAIN)
+                                          / GRAIN).tolist()))
         scale[layer] = np.round(loads.max(axis=1) / copies * GRAIN) / GRAIN
         kept[layer] = loads.mean(axis=1) / copies  # (1: nothing dropped)
         exchange[layer] = np.maximum(scale[layer], np.round(kept[layer] * GRAIN) / GRAIN)

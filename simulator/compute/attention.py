@@ -39,10 +39,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from workloads.kernels import ATTENTION_BACKWARD_FACTOR
+
 DATA = Path(__file__).resolve().parents[2] / "topologies" / "data" / "kernels" / "attention.csv"
 KERNELS = ("flash2", "flash3", "cudnn", "triton")
 BLOCK_QUERIES = 128  # queries per thread block (FlashAttention-2/3 and cuDNN on Hopper)
-BACKWARD_FACTOR = 2.5  # the papers' backward FLOPs over the forward's
 
 
 def fill(heads: float, queries: float, sms: int) -> float:
@@ -80,10 +81,13 @@ class Grid:
     tflops: np.ndarray  # (head dims, seqs); nan where not published
     source: str
 
-    def rate(self, head_dim: float, seq: float) -> tuple[float, bool]:
-        """FLOP/s at (head_dim, seq) and whether that left the grid."""
+    def covers(self, seq: float) -> bool:
+        """Whether ``seq`` lies within the published sequences."""
+        return bool(self.seqs[0] <= seq <= self.seqs[-1])
+
+    def rate(self, head_dim: float, seq: float) -> float:
+        """FLOP/s at (head_dim, seq) (outside the grid: see the module docstring)."""
         d = float(np.clip(math.log2(head_dim), *np.log2(self.head_dims[[0, -1]])))
-        outside = not self.seqs[0] <= seq <= self.seqs[-1]
         s = float(np.clip(math.log2(seq), *np.log2(self.seqs[[0, -1]])))
         rows = np.log2(self.head_dims)
         values = [np.interp(s, np.log2(self.seqs[~np.isnan(r)]), r[~np.isnan(r)])
@@ -91,7 +95,7 @@ class Grid:
         value = float(np.interp(d, rows, values)) if len(rows) > 1 else float(values[0])
         if seq < self.seqs[0]:
             value *= seq / self.seqs[0]
-        return value * 1e12, outside
+        return value * 1e12
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class AttentionModel:
         found FP8 rows (else these are BF16's seconds)."""
         batch_heads, queries, keys, head_dim, causal = shape
         grid, low = self.grid(fp8, backward, bool(causal))
-        rate, _ = grid.rate(head_dim, keys)
+        rate = grid.rate(head_dim, keys)
         work = visible(queries, keys, bool(causal))
         return flops * work / (rate * self.scale * fill(batch_heads, queries, self.sms)), low
 
@@ -130,7 +134,7 @@ class AttentionModel:
     def extrapolated(self, shape: tuple, backward: bool) -> bool:
         """Whether ``shape``'s keys lie outside its grid's sequences."""
         grid, _ = self.grid(False, backward, bool(shape[4]))
-        return not grid.seqs[0] <= shape[2] <= grid.seqs[-1]
+        return not grid.covers(shape[2])
 
     def describe(self) -> str:
         sources = sorted({g.source for g in self.grids.values()})
@@ -141,7 +145,7 @@ class AttentionModel:
 
 @lru_cache(maxsize=1)
 def rows() -> pd.DataFrame:
-    """The attention data file, throughputs normalised to full waves."""
+    """The attention data file, its mask column as booleans (cached: read once)."""
     table = pd.read_csv(DATA, comment="#")
     table["causal"] = table["causal"].astype(str).str.lower() == "true"
     return table
@@ -175,26 +179,36 @@ def available(gpu) -> list[str]:
 
 def peers(gpu) -> list[str]:
     """``gpu``'s name, then the other GPUs of its architecture (rows to borrow)."""
+    return _peers(gpu.name, gpu.architecture)
+
+
+def _peers(name: str, architecture: str) -> list[str]:
     from topologies.gpus import GPUS
 
-    same = sorted({g.name for g in GPUS.values() if g.architecture == gpu.architecture
-                   and g.name != gpu.name and gpu.architecture})
-    return [gpu.name, *same]
+    same = sorted({g.name for g in GPUS.values() if g.architecture == architecture
+                   and g.name != name and architecture})
+    return [name, *same]
 
 
 def model_for(gpu, kernel: str) -> AttentionModel | None:
-    """The attention model of ``kernel`` on ``gpu`` (None: no rows to time it)."""
+    """The attention model of ``kernel`` on ``gpu`` (None: no rows to time it;
+    cached: a sweep or a layout search builds a compute model per case)."""
+    return _model_for(gpu.name, gpu.architecture, gpu.sms, gpu.peak("bf16"), kernel)
+
+
+@lru_cache(maxsize=64)
+def _model_for(name: str, architecture: str, sms: int, peak: float, kernel: str
+               ) -> AttentionModel | None:
     from topologies.gpus import GPUS
 
     table = rows()
-    for name in peers(gpu):
-        mine = table[(table["gpu"] == name) & (table["kernel"] == kernel)]
+    for peer in _peers(name, architecture):
+        mine = table[(table["gpu"] == peer) & (table["kernel"] == kernel)]
         if mine.empty:
             continue
-        grids = {key: _grid(group, gpu.sms) for key, group in
+        grids = {key: _grid(group, sms) for key, group in
                  mine.groupby(["dtype", "pass", "causal"])}
-        scale = gpu.peak("bf16") / GPUS[name].peak("bf16")
-        return AttentionModel(kernel, name, grids, gpu.sms, scale)
+        return AttentionModel(kernel, peer, grids, sms, peak / GPUS[peer].peak("bf16"))
     return None
 
 
@@ -219,7 +233,7 @@ def throughput(gpu_name: str, kernel: str, backward: bool, causal: bool, head_di
 
     model = model_for(GPUS[gpu_name], kernel)
     forward = 4.0 * batch * seq * seq * heads * head_dim
-    flops = forward * (BACKWARD_FACTOR if backward else 1.0)
+    flops = forward * (ATTENTION_BACKWARD_FACTOR if backward else 1.0)
     seconds, _ = model.seconds(flops, (batch * heads, seq, seq, head_dim, int(causal)),
                                backward, fp8)
     return flops * visible(seq, seq, causal) / seconds / 1e12

@@ -108,10 +108,9 @@ class ComputeModel:
                 else "roofline"
         out += f"; {gemms}; " + (self.attention.describe() if self.attention else
                                   "attention at a constant efficiency")
-        if self.attention and any(self.attention.extrapolated(op.shape, op.phase is
-                                                              Phase.BACKWARD)
-                                  for op in {op for op in ops if op.kernel in ATTENTIONS
-                                             and op.shape}):
+        shapes = {(op.shape, op.phase is Phase.BACKWARD) for op in ops
+                  if op.kernel in ATTENTIONS and op.shape} if self.attention else ()
+        if any(self.attention.extrapolated(*shape) for shape in shapes):
             out += (" (extrapolated past the published sequences: the longest's rate above, "
                     "a rate falling with the sequence below)")
         if self.lowp_peak:
