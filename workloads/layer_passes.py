@@ -47,11 +47,13 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
 
 
 def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),
-                mem_end: tuple = (), record: bool = False, fetch=None) -> None:
+                mem_end: tuple = (), record: bool = False, fetch=None,
+                only: tuple[int, ...] | None = None) -> None:
     """One layer's forward (or backward) on one micro-batch, its first kernel
     after the ZeRO-3 ``gather``; ``fetch(layer, key)`` (DeepSpeed ZeRO-3's
     ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
-    by its plan position (``-1 - n`` in a backward)."""
+    by its plan position (``-1 - n`` in a backward); ``only``: the plan positions
+    to run (a selective recompute's modules, ``Context.recomputed``)."""
     ctx = b.ctx
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.pass_plan(layer, forward)
@@ -59,8 +61,10 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
     if gather and sharded.copy_out(b, layer, phase, mb, gather):
         gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
     extra = gather
-    last = len(plan) - 1
+    last = len(plan) - 1 if only is None else only[-1]
     for n, item in enumerate(plan):
+        if only is not None and n not in only:
+            continue
         what = item[0]
         if what == "tp":
             if item[1] is not None:
@@ -110,9 +114,9 @@ def chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
             layer_pass(b, layer, mb, True, (), ((kept, "activations"),) + free,
                         fetch=fetcher.wait)
             continue
-        if recompute:
+        if recompute or ctx.recomputed[layer]:
             layer_pass(b, layer, mb, True, (), ((transient, "activations"),),
-                        fetch=fetcher.wait)
+                        fetch=fetcher.wait, only=None if recompute else ctx.recomputed[layer])
         layer_pass(b, layer, mb, False, (), ((-kept - transient, "activations"),) + free,
                     record, fetch=fetcher.wait)
 
@@ -167,6 +171,10 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
             waits = (*(pending or ()), *(() if back is None else (back,)))
             if ctx.training.recompute is Recompute.FULL:
                 layer_pass(b, layer, mb, True, waits, ((transient, "activations"),))
+                pending, waits = None, ()
+            elif ctx.recomputed[layer]:  # the selective recompute's modules
+                layer_pass(b, layer, mb, True, waits, ((transient, "activations"),),
+                           only=ctx.recomputed[layer])
                 pending, waits = None, ()
             layer_pass(b, layer, mb, False, waits,
                         ((-kept - transient, "activations"),) + free, record)

@@ -37,6 +37,10 @@ class Recompute(Enum):
     FULL = "full"
 
 
+# a selective recompute's modules (Megatron-Core's names; workloads.recompute)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+
+
 def model_state_bytes(params: float, zero: int = 0, shards: int = 1,
                       grad_bytes: int = GRAD_BYTES) -> dict[str, float]:
     """Bytes of parameters, gradients and optimizer states one rank holds;

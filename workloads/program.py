@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
-from workloads import offload
+from workloads import offload, recompute
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
@@ -305,6 +305,7 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     for strategy in STRATEGIES:
         strategy.check(model, training, parallel)
     offload.check(model, training, parallel)
+    recompute.check(model, training)
 
 
 def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -333,13 +334,16 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
                            for f in (True, False)}
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
                           micro_batches, seed) if model.experts else None
+    passes = {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
+              for f in (True, False)}
+    modules = training.modules - {"core_attn"}
+    again = {kind: recompute.positions(plans[True], modules, kind[0]) for kind, plans in
+             (((False, False), passes), *kinds.items())} if modules else {}
     return Context(model, training, parallel, shard, vocab,
                    pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                  parallel.virtual_stages, parallel.stage_layers),
-                   micro_batches, "dp", sharded.shard_size(parallel),
-                   {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
-                    for f in (True, False)},
-                   parallel.gradient_plan(training), kinds, routing)
+                   micro_batches, "dp", sharded.shard_size(parallel), passes,
+                   parallel.gradient_plan(training), kinds, routing, again)
 
 
 def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,
@@ -395,5 +399,7 @@ def _hardware_flops(ctx: Context) -> float:
         layers = K.all_layer_kernels(ctx.model, ctx.training.micro_batch, ctx.training.seq_len)
         flops += sum(k.flops * (kept if K.is_expert(k) else 1.0)
                      for k in layers) * b / ctx.training.micro_batch
+    elif ctx.training.modules - {"core_attn"}:
+        flops += recompute.flops(ctx.model, ctx.training, kept) * b / ctx.training.micro_batch
     return flops
 

@@ -15,7 +15,6 @@ from functools import cached_property
 from simulator.base.ir import COMPUTE_STREAM, PP_STREAM, Collective, Op, OpKind, Phase
 from workloads import kernels as K
 from workloads.frameworks import GradientPlan
-from workloads.memory import Recompute
 from workloads.models import ModelSpec
 from workloads.routing import Routing
 from workloads.training import ParallelSpec, TrainingSpec
@@ -43,6 +42,8 @@ class Context:
     kind_passes: dict = field(default_factory=dict)  # the same for other kinds of layer:
     # (MoE, sliding-window) -> forward? -> plan
     routing: Routing | None = None  # MoE layers' expert loads per micro-batch
+    again: dict = field(default_factory=dict)  # layer kind -> forward-plan positions a
+    # selective recompute's modules re-run (workloads.recompute.positions)
 
     def pass_plan(self, layer: int, forward: bool) -> tuple:
         """The pass plan of ``layer``: its kind's (a dense full-attention layer's is
@@ -53,6 +54,13 @@ class Context:
     def layer_plans(self) -> tuple[dict, ...]:
         """Each transformer layer's plans (forward? -> plan)."""
         return tuple(self.kind_passes.get(self.model.layer_kind(n), self.passes)
+                     for n in range(self.model.layers))
+
+    @cached_property
+    def recomputed(self) -> tuple[tuple[int, ...], ...]:
+        """Each layer's forward-plan positions its backward re-runs first (the
+        selective recompute's modules, ``workloads.recompute``; () for none)."""
+        return tuple(self.again.get(self.model.layer_kind(n), ())
                      for n in range(self.model.layers))
 
     def params_of(self, layer: int) -> tuple[int, int]:
@@ -180,6 +188,6 @@ def kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tup
     if kernel.backward_bytes is not None:  # a low-precision cast: the output gradient's
         return 0.0, kernel.backward_bytes
     flops, nbytes = K.backward_flops(kernel), 2.0 * kernel.bytes
-    if kernel.name in UNFUSED_ATTENTION and training.recompute is Recompute.SELECTIVE:
+    if kernel.name in UNFUSED_ATTENTION and "core_attn" in training.modules:
         flops, nbytes = flops + kernel.flops, nbytes + kernel.bytes
     return flops, nbytes

@@ -26,6 +26,8 @@ def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
     layer (a MoE layer's MLP block its own: ``moe_mlp_bytes``)."""
     m, sh, t = ctx.model, ctx.shard, ctx.training
     stored_mode = t.recompute
+    if stored_mode is Recompute.SELECTIVE and "core_attn" not in t.modules:
+        stored_mode = Recompute.NONE  # the scores stay (other modules: ``freed``)
     if stored_mode is Recompute.NONE and t.flash_attention:
         stored_mode = Recompute.SELECTIVE  # fused attention keeps no score matrix
     mlp = moe_mlp_bytes(ctx) if m.is_moe_layer(layer) else None
@@ -35,9 +37,39 @@ def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
     kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp,
                                       linear_input_bytes=saved)
     if stored_mode is not Recompute.FULL:
-        return kept, 0.0
+        again = freed(ctx, mlp) if t.modules - {"core_attn"} else 0.0
+        return kept - again, again
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
                                             mlp_bytes=mlp, linear_input_bytes=saved) - kept
+
+
+def freed(ctx: Context, mlp: float | None) -> float:
+    """Bytes of a layer's saved activations that its recomputed modules
+    (``training.modules``, ``workloads.recompute``) do not keep, in Korthikanti
+    et al.'s terms (per s b h: the norms' outputs 2 + 2, the MLP's activation
+    input 8 and output 8 and dropout mask 1) or a MoE block's own
+    (``moe_mlp_bytes``; ``mlp``: it, None for a dense layer). They exist again
+    while the layer's backward runs."""
+    m, sh, modules = ctx.model, ctx.shard, ctx.training.modules
+    sbh = ctx.training.seq_len // sh.cp * sh.micro_batch * m.hidden
+    q = linear_input_bytes(sh)
+    split = sh.tp if sh.sequence_parallel else 1
+    out = 0.0
+    if "layernorm" in modules:  # the QKV input, and a dense MLP's fc1 input
+        out += sbh * q * (1 if mlp is not None else 2) / split
+    if mlp is None:
+        if "mlp" in modules:
+            out += sbh * (8.0 + 4.0 * q) / sh.tp + sbh / split
+        return out
+    if "moe" in modules:
+        return out + mlp
+    if "moe_act" in modules:  # the second grouped GEMM's input, as moe_mlp_bytes counts it
+        out += sh.tokens // sh.norm_split * m.top_k * q * m.expert_ffn
+    if "shared_experts" in modules and m.shared_experts:
+        fs = m.shared_experts * m.expert_ffn
+        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
+        out += sh.tokens * (sh.dtype_bytes * ups + q * fs) / sh.tp
+    return out
 
 
 def linear_input_bytes(sh: K.Shard) -> float:

@@ -11,6 +11,7 @@ from simulator.base.fields import (
     ScenarioError,
     boolean,
     choice,
+    choices,
     fail,
     integer,
     member,
@@ -28,7 +29,7 @@ from workloads.frameworks import (
     resolve,
 )
 from workloads.layout import parse_order
-from workloads.memory import Recompute
+from workloads.memory import RECOMPUTE_MODULES, Recompute
 from workloads.precision import (
     PRECISIONS,
     RECIPES,
@@ -61,6 +62,9 @@ class TrainingSpec:
     # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes)
     fp8_param_gather: bool = setting(boolean, False)
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)
+    # Megatron-Core's --recompute-modules (workloads.recompute): listing modules makes
+    # the recompute selective; selective alone re-runs core_attn
+    recompute_modules: tuple = setting(choices(RECOMPUTE_MODULES), ())
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
     # which fused attention kernel (simulator.compute.attention): auto is the framework's
     # on the GPU; unfused is flash_attention: false (two GEMMs around a softmax)
@@ -82,6 +86,13 @@ class TrainingSpec:
     # set by the config layer from the GPU: per-tensor FP8 GEMMs on Hopper read
     # only the "TN" layout, so Transformer Engine keeps transposed copies
     fp8_transposes: bool = False
+
+    @property
+    def modules(self) -> frozenset[str]:
+        """The modules a selective recompute re-runs (none otherwise)."""
+        if self.recompute is not Recompute.SELECTIVE:
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
     def host_launch(self) -> float:

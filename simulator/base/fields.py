@@ -72,6 +72,20 @@ def choice(options: Iterable[Any]) -> Check:
     return parse
 
 
+def choices(options: Iterable[Any]) -> Check:
+    """A list of distinct options (returned as a tuple in the order written)."""
+    pick = choice(options)
+
+    def parse(path: str, value: object) -> tuple:
+        if not isinstance(value, (list, tuple)):
+            raise fail(path, value, "must be a list")
+        out = tuple(pick(f"{path}[{n}]", v) for n, v in enumerate(value))
+        if len(set(out)) < len(out):
+            raise fail(path, value, "names a module twice")
+        return out
+    return parse
+
+
 def member(enum: type) -> Check:
     """One of an Enum's values, returned as the member."""
     pick = choice(m.value for m in enum)

@@ -11,6 +11,7 @@ from simulator.base.fields import ScenarioError, fail, integer, schema_of, secti
 from simulator.compute.attention import available
 from topologies import GpuSpec
 from workloads.frameworks import Framework
+from workloads.memory import Recompute
 from workloads.models import ModelSpec
 from workloads.precision import LOW, PRECISIONS, RECIPES, is_low
 from workloads.program import LayoutError, check
@@ -30,6 +31,7 @@ def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
                    f"{', '.join(p for p in PRECISIONS if p in gpu.peak_flops)})")
     check_low_precision(training, gpu)
     training = attention_kernel_from(training, raw, gpu)
+    training = recompute_from(training)
     return replace(training, fp8_transposes=training.recipe is not None
                    and not training.recipe.block and gpu.architecture == "hopper")
 
@@ -56,6 +58,17 @@ def attention_kernel_from(training: TrainingSpec, raw: object, gpu: GpuSpec) -> 
                    f"{gpu.name} (simulator.compute.attention); it has: "
                    f"{', '.join(available(gpu)) or 'none'} (or auto, unfused)")
     return training
+
+
+def recompute_from(training: TrainingSpec) -> TrainingSpec:
+    """``recompute_modules`` makes the recompute selective (as Megatron-Bridge
+    sets the granularity when modules are given); a full recompute has none."""
+    if not training.recompute_modules:
+        return training
+    if training.recompute is Recompute.FULL:
+        raise fail("training.recompute_modules", list(training.recompute_modules),
+                   "applies to a selective recompute, not recompute: full; leave one out")
+    return replace(training, recompute=Recompute.SELECTIVE)
 
 
 def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:
