@@ -10,8 +10,10 @@ Mixtral's ``num_local_experts`` (its experts as wide as ``intermediate_size``),
 Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
 ``shared_expert_intermediate_size`` and ``decoder_sparse_step``, DeepSeek's
 ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
-``moe_layer_freq`` and ``scoring_func``; ``num_experts_per_tok`` for all. Every value it reads is
-checked (a size a positive integer, a flag true or false); the scenario's
+``moe_layer_freq`` and ``scoring_func``; ``num_experts_per_tok`` for all.
+Multi-head latent attention from ``q_lora_rank``, ``kv_lora_rank``,
+``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (DeepSeek, Kimi).
+Every value it reads is checked (a size a positive integer, a flag true or false); the scenario's
 ``model`` checks then apply to the result as to any model.
 """
 
@@ -113,13 +115,24 @@ def model_from_hf(path: str | Path) -> ModelSpec:
     ), **_experts(config, ffn, where), **_attention(config, shape["layers"], where))
 
 
+def _mla(config: dict, where: str) -> dict:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2: ``kv_lora_rank``
+    given): its latent ranks and head parts under the config's names."""
+    if config.get("kv_lora_rank") is None:
+        return {}
+    out = {"attention": "mla", "q_lora_rank": _optional(config, ("q_lora_rank",), where)}
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        out[key] = _first(config, (key,), where)
+    return out
+
+
 def _attention(config: dict, layers: int, where: str) -> dict:
     """Attention keys beyond the sizes: ``head_dim`` where it is not hidden / heads,
     and sliding windows (``sliding_window`` unless ``use_sliding_window`` is false;
     which layers keep full attention from ``layer_types`` or Gemma's
     ``sliding_window_pattern``)."""
-    out = {}
-    head = _optional(config, ("head_dim",), where)
+    out = _mla(config, where)
+    head = None if out else _optional(config, ("head_dim",), where)
     if head is not None and head * _first(config, ("num_attention_heads", "n_head"), where) \
             != config.get("hidden_size"):
         out["head_size"] = head

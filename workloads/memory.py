@@ -38,7 +38,8 @@ class Recompute(Enum):
 
 
 # a selective recompute's modules (Megatron-Core's names; workloads.recompute)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+                     "mla_up_proj")
 
 
 def model_state_bytes(params: float, zero: int = 0, shards: int = 1,
@@ -70,14 +71,24 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
                                tp: int = 1, sequence_parallel: bool = False,
                                recompute: Recompute = Recompute.NONE,
                                mlp_bytes: float | None = None,
-                               linear_input_bytes: float = 2.0) -> float:
+                               linear_input_bytes: float = 2.0,
+                               attention_bytes: float | None = None) -> float:
     """Activation bytes one layer keeps for its backward (Korthikanti et al. 2022);
-    ``mlp_bytes`` replaces the dense MLP block's share (a MoE layer's own);
+    ``mlp_bytes`` replaces the dense MLP block's share (a MoE layer's own),
+    ``attention_bytes`` the attention block's (11 s b h: QKV input 2, Q and K 4,
+    V 2, projection input 2, dropout mask 1; MLA's own);
     ``linear_input_bytes``: bytes of a saved linear-layer input element (below 2
     under low precision, which saves the quantized copy its weight gradient reads)."""
     sbh = seq * micro_batch * hidden
     if recompute is Recompute.FULL:
         return 2.0 * sbh
+    if attention_bytes is not None:
+        split = tp if sequence_parallel else 1
+        block = 8.0 / tp + 3.0 / split - (1.0 - linear_input_bytes / 2.0) * (
+            2.0 / split + 2.0 / tp)  # the attention block's terms below, as counted there
+        return activation_bytes_per_layer(
+            seq, micro_batch, hidden, heads, tp, sequence_parallel, Recompute.SELECTIVE,
+            mlp_bytes, linear_input_bytes) - sbh * block + attention_bytes
     scores = 0.0 if recompute is Recompute.SELECTIVE else 5.0 * heads * seq / (hidden * tp)
     linear = 34.0 / tp if sequence_parallel else 10.0 + 24.0 / tp
     unsplit = LINEAR_INPUTS_UNSPLIT / (tp if sequence_parallel else 1)

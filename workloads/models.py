@@ -71,15 +71,43 @@ class ModelSpec:
     # ``sliding_window_pattern``-th layer keeps full attention (0: none does)
     sliding_window: int | None = setting(integer(1), None)
     sliding_window_pattern: int = setting(integer(0), 0)
+    # multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 Sec. 2.1; kernels:
+    # ``workloads.kernels.mla_kernels``): queries and keys/values through low-rank
+    # latents, the HF config's names; standard: grouped-query attention
+    attention: str = setting(choice(["standard", "mla"]), "standard")
+    q_lora_rank: int | None = setting(integer(1), None)  # None: queries projected directly
+    kv_lora_rank: int = setting(integer(1), 512)
+    qk_nope_head_dim: int = setting(integer(1), 128)
+    qk_rope_head_dim: int = setting(integer(1), 64)
+    v_head_dim: int = setting(integer(1), 128)
+
+    @property
+    def mla(self) -> bool:
+        return self.attention == "mla"
 
     @property
     def head_dim(self) -> int:
+        """A query's and key's width (MLA: its no-position and rotary parts)."""
+        if self.mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_size or self.hidden // self.heads
 
     @property
+    def value_dim(self) -> int:
+        """A value's (and an attention output's) width per head."""
+        return self.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Keys' and values' width per token: what context parallelism exchanges."""
+        if self.mla:
+            return self.heads * (self.head_dim + self.v_head_dim)
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
     def attention_width(self) -> int:
-        """Heads x head size: the queries' (and the output projection's input) width."""
-        return self.heads * self.head_dim
+        """Heads x value size: the attention output's (the output projection's input) width."""
+        return self.heads * self.value_dim
 
     def is_sliding_layer(self, layer: int | None) -> bool:
         """Whether ``layer`` attends over a sliding window (HF ``layer_types``:
@@ -194,6 +222,21 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             # attention with its 128 heads
             moe(llama("deepseek-v3-like", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
                 first_dense_layers=3, router="sigmoid"),
+            # DeepSeek-V3 as published (config.json): the same with multi-head latent
+            # attention (query latent 1536, key-value latent 512, heads' no-position
+            # 128 and rotary 64 query/key parts, values 128): 671 B parameters, 37 B
+            # active (DeepSeek-AI 2024, arXiv 2412.19437); router without auxiliary
+            # loss (bias-based balancing)
+            moe(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
+                first_dense_layers=3, router="sigmoid", router_aux_loss=False,
+                attention="mla", q_lora_rank=1536),
+            # Kimi K2 (Moonshot AI 2025, config.json): DeepSeek-V3's architecture with
+            # 64 heads, 384 experts (top 8), one dense layer, vocabulary 163,840:
+            # 1.026 T parameters and 32.9 B active counted from these shapes (its report,
+            # arXiv 2507.20534: 1.04 T and 32 B)
+            moe(llama("kimi-k2", 61, 7168, 64, 64, 18432, 163840), 384, 8, 2048, 1,
+                first_dense_layers=1, router="sigmoid", router_aux_loss=False,
+                attention="mla", q_lora_rank=1536),
             # GPT-OSS-120B (OpenAI 2025, config.json): 36 layers of 2880, 64 heads of 64
             # (8 KV), sliding windows of 128 tokens on every other layer, 128 experts of
             # 2880 (top 4); attention sinks and biases left out (well under 0.1 % of FLOPs)

@@ -18,6 +18,8 @@ layer's own backward. ``training.recompute_modules`` takes its names:
 - ``moe_act``: the routed experts' activation (its output, the second
   grouped GEMM's input, is not kept).
 - ``shared_experts``: the shared experts' MLP.
+- ``mla_up_proj``: multi-head latent attention's up-projections and rotary
+  embedding (each head's query, key and value are not kept).
 
 What each frees is in ``workloads.stage_memory.layer_memory``; what each re-runs
 is a set of a forward pass plan's positions (``positions``).
@@ -32,6 +34,7 @@ MLP_START, MLP_END = "ln2", "residual2"  # a layer's MLP block lies between thes
 NAMES = {  # module -> kernel names re-run (their casts under low precision too)
     "layernorm": ("ln1", "ln2"),
     "moe_act": ("experts_act",),
+    "mla_up_proj": ("q_up", "kv_up", "mla_rope"),
 }
 
 
@@ -84,6 +87,9 @@ def check(model, training) -> None:
     """Modules the model has: ``moe`` and ``moe_act`` need experts,
     ``shared_experts`` shared ones (raises ``LayoutError``)."""
     for module in training.recompute_modules:
+        if module == "mla_up_proj" and not model.mla:
+            raise LayoutError("training.recompute_modules: 'mla_up_proj' needs "
+                              f"model.attention: mla (it is {model.attention})")
         key = {"moe": "experts", "moe_act": "experts",
                "shared_experts": "shared_experts"}.get(module)
         if key and not getattr(model, key):

@@ -34,13 +34,36 @@ def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
     args = (ctx.training.seq_len // sh.cp, sh.micro_batch, m.hidden, m.heads, sh.tp,
             sh.sequence_parallel)
     saved = linear_input_bytes(sh)
+    attention = mla_bytes(ctx) if m.mla else None
     kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp,
-                                      linear_input_bytes=saved)
+                                      linear_input_bytes=saved, attention_bytes=attention)
     if stored_mode is not Recompute.FULL:
         again = freed(ctx, mlp) if t.modules - {"core_attn"} else 0.0
         return kept - again, again
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
-                                            mlp_bytes=mlp, linear_input_bytes=saved) - kept
+                                            mlp_bytes=mlp, linear_input_bytes=saved,
+                                            attention_bytes=attention) - kept
+
+
+def mla_bytes(ctx: Context) -> float:
+    """Bytes multi-head latent attention keeps for its backward on one rank, in
+    place of Korthikanti et al.'s 11 s b h (``workloads.kernels.mla_kernels``):
+    the down-projections' input (whole: duplicated linears), the query and
+    key-value latents before and after their norms (the rotary key with them),
+    each head's query, key and value (the fused attention's inputs), the output
+    projection's input and the dropout mask; linear inputs at ``linear_input_bytes``."""
+    m, sh = ctx.model, ctx.shard
+    t, e, q = ctx.training.seq_len // sh.cp * sh.micro_batch, sh.dtype_bytes, \
+        linear_input_bytes(sh)
+    latents = (e + q) * (m.q_lora_rank or 0) + e * (m.kv_lora_rank + m.qk_rope_head_dim) \
+        + q * m.kv_lora_rank
+    heads = (e * _mla_qkv(m) + q * m.attention_width) / sh.tp
+    return t * (q * m.hidden + latents + heads + m.hidden / sh.norm_split)
+
+
+def _mla_qkv(m) -> int:
+    """Elements per token of MLA's up-projected queries, keys and values."""
+    return m.heads * (2 * m.head_dim + m.v_head_dim)
 
 
 def freed(ctx: Context, mlp: float | None) -> float:
@@ -55,6 +78,9 @@ def freed(ctx: Context, mlp: float | None) -> float:
     q = linear_input_bytes(sh)
     split = sh.tp if sh.sequence_parallel else 1
     out = 0.0
+    if "mla_up_proj" in modules and m.mla:  # the heads' queries, keys and values
+        out += ctx.training.seq_len // sh.cp * sh.micro_batch * sh.dtype_bytes \
+            * _mla_qkv(m) / sh.tp
     if "layernorm" in modules:  # the QKV input, and a dense MLP's fc1 input
         out += sbh * q * (1 if mlp is not None else 2) / split
     if mlp is None:

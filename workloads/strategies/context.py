@@ -54,7 +54,7 @@ def attention(b: Stage, kernel: K.Kernel, forward: bool, phase: Phase, mb: int,
         b.compute(kernel, phase, mb, layer, flops, nbytes)
         return
     m = ctx.model
-    kv = ctx.shard.tokens * 2 * m.kv_heads * m.head_dim * ctx.shard.dtype_bytes / ctx.shard.tp
+    kv = ctx.shard.tokens * m.kv_width * ctx.shard.dtype_bytes / ctx.shard.tp
     exchange = kv if forward else 2 * kv  # backward also rotates dK, dV
     if kernel.shape:  # each chunk: this rank's queries against one rank's keys
         heads, queries, keys, *rest = kernel.shape

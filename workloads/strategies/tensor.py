@@ -58,11 +58,11 @@ def block_comm(forward: bool, before_block: bool, sp: bool) -> Collective | None
 
 def layer_sequence(kernels: list[K.Kernel]) -> list[K.Kernel | bool]:
     """Forward order; a bool marks Megatron's f (True: before a block) or g (False):
-    f before QKV and fc1, g after proj and fc2 (a MoE layer's shared experts
-    likewise; its routed experts run on the rank's own tokens)."""
+    f before QKV (MLA: its first projection) and fc1, g after proj and fc2 (a MoE
+    layer's shared experts likewise; its routed experts run on the rank's own tokens)."""
     out: list[K.Kernel | bool] = []
     for kernel in kernels:
-        if kernel.name in ("qkv", "fc1", "shared_fc1"):
+        if kernel.name in ("qkv", "q_down", "q_proj", "fc1", "shared_fc1"):
             out.append(True)
         out.append(kernel)
         if kernel.name in ("proj", "fc2", "shared_fc2"):
