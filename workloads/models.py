@@ -218,8 +218,8 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             moe(llama("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936), 60, 4, 1408, 4),
             # DeepSeek-V3's shape (DeepSeek-AI 2024, config.json): 61 layers of 7168, the
             # first 3 dense (ffn 18432), then 256 routed experts of 2048 (top 8, sigmoid
-            # router) and 1 shared; multi-head latent attention modelled as standard
-            # attention with its 128 heads
+            # router) and 1 shared; its attention standard with 128 heads (the benchmarks'
+            # model; ``deepseek-v3`` below has multi-head latent attention)
             moe(llama("deepseek-v3-like", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
                 first_dense_layers=3, router="sigmoid"),
             # DeepSeek-V3 as published (config.json): the same with multi-head latent

@@ -43,6 +43,7 @@ def run(_args: argparse.Namespace) -> int:
     for m in MODELS.values():
         params = parameter_count(m, 2048) / 1e9
         print(f"  {m.name:10} {params:7.2f}B params, {m.layers} layers, hidden {m.hidden}, "
-              f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}, vocab {m.vocab}, "
-              f"{m.mlp.value}")
+              f"{m.heads} heads ({'MLA' if m.mla else f'{m.kv_heads} kv'}), ffn {m.ffn_hidden}, "
+              f"vocab {m.vocab}, {m.mlp.value}"
+              + (f", {m.experts} experts (top {m.top_k})" if m.experts else ""))
     return 0
