@@ -4,6 +4,7 @@ tensor-parallel splits, activation memory with and without the up-projection
 recompute, and the Hugging Face config import."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -94,9 +95,10 @@ def test_hf_config_import(tmp_path):
               "first_k_dense_replace": 3, "moe_layer_freq": 1, "scoring_func": "sigmoid",
               "vocab_size": 129280, "hidden_act": "silu", "tie_word_embeddings": False,
               "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-              "qk_rope_head_dim": 64, "v_head_dim": 128}
+              "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     model = model_from_hf(path)
     assert model.mla and model.q_lora_rank == 1536 and model.head_dim == 192
-    assert K.parameter_count(model, 16) == K.parameter_count(V3, 16)
+    assert model.mtp_layers == 1
+    assert K.parameter_count(replace(model, mtp_layers=0), 16) == K.parameter_count(V3, 16)

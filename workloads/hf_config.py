@@ -12,7 +12,8 @@ Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
 ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
 ``moe_layer_freq`` and ``scoring_func``; ``num_experts_per_tok`` for all.
 Multi-head latent attention from ``q_lora_rank``, ``kv_lora_rank``,
-``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (DeepSeek, Kimi).
+``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (DeepSeek, Kimi),
+with ``num_nextn_predict_layers`` multi-token-prediction depths.
 Every value it reads is checked (a size a positive integer, a flag true or false); the scenario's
 ``model`` checks then apply to the result as to any model.
 """
@@ -120,7 +121,11 @@ def _mla(config: dict, where: str) -> dict:
     given): its latent ranks and head parts under the config's names."""
     if config.get("kv_lora_rank") is None:
         return {}
-    out = {"attention": "mla", "q_lora_rank": _optional(config, ("q_lora_rank",), where)}
+    out = {"attention": "mla", "q_lora_rank": _optional(config, ("q_lora_rank",), where),
+           "mtp_layers": config.get("num_nextn_predict_layers") or 0}
+    if not isinstance(out["mtp_layers"], int) or isinstance(out["mtp_layers"], bool):
+        raise HfConfigError(f"{where}: num_nextn_predict_layers: {out['mtp_layers']!r} must be "
+                            "an integer")
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         out[key] = _first(config, (key,), where)
     return out

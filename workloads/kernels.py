@@ -364,6 +364,30 @@ def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     ]
 
 
+def mtp_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
+                dtype_bytes: int = 2) -> list[Kernel]:
+    """One multi-token-prediction depth's own kernels (DeepSeek-AI 2024, DeepSeek-V3
+    Sec. 2.2; Megatron-Core's MultiTokenPredictionLayer): the RMSNorms of the
+    hidden state and of the next token's embedding, and the projection of the
+    two concatenated (2h -> h, whole on every tensor-parallel rank). Its
+    transformer layer is one of the last layer's kind and its output head the
+    main one's weight with its own final norm (``mtp_block``)."""
+    sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    t, h = sh.tokens, model.hidden
+    norm = 2 * t * h / sh.norm_split
+    return [elementwise("mtp_norm", norm, norm, sh.dtype_bytes, 2 * h),
+            *linear("mtp_proj", t, h, 2 * h, sh, False, norm_fed=True)]
+
+
+def mtp_block(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
+              dtype_bytes: int = 2, vocab: int | None = None) -> list[Kernel]:
+    """Every kernel of one multi-token-prediction depth: its own, a layer of the
+    last layer's kind, the head (its logits weight the main head's)."""
+    sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
+    return (mtp_kernels(model, sh) + layer_kernels(model, sh, layer=model.layers - 1)
+            + head_kernels(model, sh, vocab=vocab, owns_logits=False))
+
+
 def all_layer_kernels(model: ModelSpec, batch: int, seq: int) -> list[Kernel]:
     """Every layer's kernels on one GPU (each kind of layer built once)."""
     kinds = {model.layer_kind(layer): layer_kernels(model, batch, seq, 2, layer=layer)
@@ -374,7 +398,7 @@ def all_layer_kernels(model: ModelSpec, batch: int, seq: int) -> list[Kernel]:
 def parameter_count(model: ModelSpec, seq: int) -> int:
     """Trainable parameters, from the kernels that own them (every expert)."""
     kernels = (embedding_kernels(model, 1, seq, 2) + head_kernels(model, 1, seq, 2)
-               + all_layer_kernels(model, 1, seq))
+               + all_layer_kernels(model, 1, seq) + mtp_block(model, 1, seq) * model.mtp_layers)
     return sum(k.params for k in kernels)
 
 
@@ -383,7 +407,8 @@ def model_flops(model: ModelSpec, batch: int, seq: int, kept: float = 1.0) -> fl
     (a MoE layer's: each token's ``top_k`` experts, its shared ones and the router);
     ``kept``: the share of routed copies the experts keep (below 1 when
     ``capacity_factor`` drops some: a dropped copy is no work done)."""
-    kernels = all_layer_kernels(model, batch, seq) + head_kernels(model, batch, seq, 2)
+    kernels = all_layer_kernels(model, batch, seq) + head_kernels(model, batch, seq, 2) \
+        + mtp_block(model, batch, seq) * model.mtp_layers
     return 3.0 * sum(k.flops * (kept if is_expert(k) else 1.0) for k in kernels)
 
 

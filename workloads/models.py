@@ -80,6 +80,10 @@ class ModelSpec:
     qk_nope_head_dim: int = setting(integer(1), 128)
     qk_rope_head_dim: int = setting(integer(1), 64)
     v_head_dim: int = setting(integer(1), 128)
+    # multi-token prediction depths (DeepSeek-V3 Sec. 2.2; HF num_nextn_predict_layers):
+    # each a projection, a layer of the last layer's kind and the shared output head,
+    # on the last pipeline stage (``workloads.kernels.mtp_kernels``)
+    mtp_layers: int = setting(integer(0), 0)
 
     @property
     def mla(self) -> bool:
@@ -226,7 +230,8 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             # attention (query latent 1536, key-value latent 512, heads' no-position
             # 128 and rotary 64 query/key parts, values 128): 671 B parameters, 37 B
             # active (DeepSeek-AI 2024, arXiv 2412.19437); router without auxiliary
-            # loss (bias-based balancing)
+            # loss (bias-based balancing); its multi-token-prediction module is
+            # model.mtp_layers: 1 (the config's num_nextn_predict_layers)
             moe(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280), 256, 8, 2048, 1,
                 first_dense_layers=3, router="sigmoid", router_aux_loss=False,
                 attention="mla", q_lora_rank=1536),

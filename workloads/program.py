@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
-from workloads import offload, recompute
+from workloads import mtp, offload, recompute
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
@@ -94,6 +94,8 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
     held = sh.tokens * (ctx.vocab // sh.tp) * (sh.dtype_bytes + 4)
     sequence = kernels if forward else kernels[::-1]
     frees = owns and sharded.unit_frees(ctx, forward, record, unit is not None)
+    if not forward:
+        mtp.depths(b, mb, False, record)
     for n, kernel in enumerate(sequence):
         if kernel.name == "logits" and sh.tp > 1 and sh.sequence_parallel:
             kind = Collective.ALL_GATHER if forward else Collective.REDUCE_SCATTER
@@ -114,6 +116,8 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
         if kernel.name == "loss" and forward and sh.tp > 1:
             b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
+        if kernel.name == "loss" and forward:
+            mtp.depths(b, mb, True, record)
     if record and owns:
         sharded.reduce_layer(b, layer, mb, sharded.head_params(ctx))
 

@@ -152,6 +152,11 @@ def stage_param_split(ctx: Context, stage: int) -> tuple[int, int]:
     if ctx.last_virtual in owned:
         total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
                                                        owns_logits=ctx.owns_logits))
+        if ctx.model.mtp_layers:  # its own kernels, its layer, its final norm
+            dense, expert_params = ctx.params_of(ctx.model.layers - 1)
+            own = sum(k.params for k in K.mtp_kernels(ctx.model, ctx.shard)) + ctx.model.hidden
+            total += ctx.model.mtp_layers * (own + dense)
+            experts += ctx.model.mtp_layers * expert_params
     return total, experts
 
 
