@@ -113,7 +113,8 @@ def model_from_hf(path: str | Path) -> ModelSpec:
         mlp=Mlp.SWIGLU if gated else Mlp.GELU,
         tied_embeddings=_flag(config, "tie_word_embeddings", not gated, where),
         learned_positions=config.get("model_type") in ("gpt2", "gpt_bigcode", "opt"),
-    ), **_experts(config, ffn, where), **_attention(config, shape["layers"], where))
+    ), **_experts(config, ffn, where), **_attention(config, shape["layers"], where),
+        **_mtp(config, where))
 
 
 def _mla(config: dict, where: str) -> dict:
@@ -121,14 +122,20 @@ def _mla(config: dict, where: str) -> dict:
     given): its latent ranks and head parts under the config's names."""
     if config.get("kv_lora_rank") is None:
         return {}
-    out = {"attention": "mla", "q_lora_rank": _optional(config, ("q_lora_rank",), where),
-           "mtp_layers": config.get("num_nextn_predict_layers") or 0}
-    if not isinstance(out["mtp_layers"], int) or isinstance(out["mtp_layers"], bool):
-        raise HfConfigError(f"{where}: num_nextn_predict_layers: {out['mtp_layers']!r} must be "
-                            "an integer")
+    out = {"attention": "mla", "q_lora_rank": _optional(config, ("q_lora_rank",), where)}
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         out[key] = _first(config, (key,), where)
     return out
+
+
+def _mtp(config: dict, where: str) -> dict:
+    """Multi-token-prediction depths: ``num_nextn_predict_layers`` (DeepSeek-V3: 1;
+    Kimi K2: 0)."""
+    depths = config.get("num_nextn_predict_layers") or 0
+    if isinstance(depths, bool) or not isinstance(depths, int) or depths < 0:
+        raise HfConfigError(f"{where}: num_nextn_predict_layers: {depths!r} must be an integer "
+                            ">= 0")
+    return {"mtp_layers": depths} if depths else {}
 
 
 def _attention(config: dict, layers: int, where: str) -> dict:

@@ -107,16 +107,16 @@ def chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
     backward then uses."""
     ctx = b.ctx
     kept, transient = layer_memory(ctx)
-    recompute = not forward and ctx.training.recompute is Recompute.FULL
+    full = ctx.training.recompute is Recompute.FULL
     for layer in (list(layers) if forward else list(layers)[::-1]):
         free = fetcher.release(layer)
         if forward:
             layer_pass(b, layer, mb, True, (), ((kept, "activations"),) + free,
                         fetch=fetcher.wait)
             continue
-        if recompute or ctx.recomputed[layer]:
+        if full or ctx.recomputed[layer]:
             layer_pass(b, layer, mb, True, (), ((transient, "activations"),),
-                        fetch=fetcher.wait, only=None if recompute else ctx.recomputed[layer])
+                        fetch=fetcher.wait, only=None if full else ctx.recomputed[layer])
         layer_pass(b, layer, mb, False, (), ((-kept - transient, "activations"),) + free,
                     record, fetch=fetcher.wait)
 
@@ -138,6 +138,7 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
     prefetch = fsdp.prefetch if fsdp else True
     early = forward or fsdp is None or fsdp.backward_prefetch == "pre"
     memory = memory_by_kind(ctx)
+    full = ctx.training.recompute is Recompute.FULL
     order = list(layers) if forward else list(layers)[::-1]
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     pending = _gather_next(b, order[0], phase, mb, None) if regather and order else None
@@ -169,12 +170,9 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
                 reloads[nxt] = offload.copy_in(b, nxt, mb, memory[
                     ctx.model.is_moe_layer(nxt)][0])  # one layer ahead
             waits = (*(pending or ()), *(() if back is None else (back,)))
-            if ctx.training.recompute is Recompute.FULL:
-                layer_pass(b, layer, mb, True, waits, ((transient, "activations"),))
-                pending, waits = None, ()
-            elif ctx.recomputed[layer]:  # the selective recompute's modules
+            if full or ctx.recomputed[layer]:  # the whole forward again, or the modules'
                 layer_pass(b, layer, mb, True, waits, ((transient, "activations"),),
-                           only=ctx.recomputed[layer])
+                           only=None if full else ctx.recomputed[layer])
                 pending, waits = None, ()
             layer_pass(b, layer, mb, False, waits,
                         ((-kept - transient, "activations"),) + free, record)

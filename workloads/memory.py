@@ -82,22 +82,21 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     sbh = seq * micro_batch * hidden
     if recompute is Recompute.FULL:
         return 2.0 * sbh
-    if attention_bytes is not None:
-        split = tp if sequence_parallel else 1
-        block = 8.0 / tp + 3.0 / split - (1.0 - linear_input_bytes / 2.0) * (
-            2.0 / split + 2.0 / tp)  # the attention block's terms below, as counted there
-        return activation_bytes_per_layer(
-            seq, micro_batch, hidden, heads, tp, sequence_parallel, Recompute.SELECTIVE,
-            mlp_bytes, linear_input_bytes) - sbh * block + attention_bytes
     scores = 0.0 if recompute is Recompute.SELECTIVE else 5.0 * heads * seq / (hidden * tp)
     linear = 34.0 / tp if sequence_parallel else 10.0 + 24.0 / tp
     unsplit = LINEAR_INPUTS_UNSPLIT / (tp if sequence_parallel else 1)
     if mlp_bytes is None:
         saved = (1.0 - linear_input_bytes / 2.0) * (unsplit + LINEAR_INPUTS_SPLIT / tp)
-        return sbh * (linear + scores - saved)
-    # the MLP's inputs are in mlp_bytes: the attention block's (QKV, proj) only
-    saved = (1.0 - linear_input_bytes / 2.0) * (unsplit / 2.0 + 2.0 / tp)
-    return sbh * (linear - MLP_PER_SBH / tp + scores - saved) + mlp_bytes
+        out = sbh * (linear + scores - saved)
+    else:  # the MLP's inputs are in mlp_bytes: the attention block's (QKV, proj) only
+        saved = (1.0 - linear_input_bytes / 2.0) * (unsplit / 2.0 + 2.0 / tp)
+        out = sbh * (linear - MLP_PER_SBH / tp + scores - saved) + mlp_bytes
+    if attention_bytes is None:
+        return out
+    split = tp if sequence_parallel else 1  # the attention block's terms above, scores too
+    block = 8.0 / tp + 3.0 / split + scores - (1.0 - linear_input_bytes / 2.0) * (
+        2.0 / split + 2.0 / tp)
+    return out - sbh * block + attention_bytes
 
 
 def head_activation_bytes(seq: int, micro_batch: int, vocab: int, dtype_bytes: int) -> float:

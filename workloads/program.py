@@ -116,8 +116,8 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
         if kernel.name == "loss" and forward and sh.tp > 1:
             b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
-        if kernel.name == "loss" and forward:
-            mtp.depths(b, mb, True, record)
+    if forward:
+        mtp.depths(b, mb, True, record)
     if record and owns:
         sharded.reduce_layer(b, layer, mb, sharded.head_params(ctx))
 
@@ -340,9 +340,8 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
                           micro_batches, seed) if model.experts else None
     passes = {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
               for f in (True, False)}
-    modules = training.modules - {"core_attn"}
-    again = {kind: recompute.positions(plans[True], modules, kind[0]) for kind, plans in
-             (((False, False), passes), *kinds.items())} if modules else {}
+    again = {kind: recompute.positions(plans[True], training.rerun, kind[0]) for kind, plans in
+             (((False, False), passes), *kinds.items())} if training.rerun else {}
     return Context(model, training, parallel, shard, vocab,
                    pipeline.virtual_stage_layers(model.layers, parallel.pp,
                                                  parallel.virtual_stages, parallel.stage_layers),
@@ -403,7 +402,7 @@ def _hardware_flops(ctx: Context) -> float:
         layers = K.all_layer_kernels(ctx.model, ctx.training.micro_batch, ctx.training.seq_len)
         flops += sum(k.flops * (kept if K.is_expert(k) else 1.0)
                      for k in layers) * b / ctx.training.micro_batch
-    elif ctx.training.modules - {"core_attn"}:
+    elif ctx.training.rerun:
         flops += recompute.flops(ctx.model, ctx.training, kept) * b / ctx.training.micro_batch
     return flops
 

@@ -70,7 +70,7 @@ def positions(plan: tuple, modules: frozenset[str], moe: bool) -> tuple[int, ...
 def flops(model, training, kept: float = 1.0) -> float:
     """FLOPs one micro-batch's recomputed modules re-run, whole model on one GPU
     (``kept``: the share of routed token copies the experts keep)."""
-    modules, done, total = training.modules - {"core_attn"}, {}, 0.0
+    modules, done, total = training.rerun, {}, 0.0
     for layer in range(model.layers):
         kind = model.layer_kind(layer)
         if kind not in done:

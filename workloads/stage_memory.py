@@ -38,7 +38,7 @@ def layer_memory(ctx: Context, layer: int | None = None) -> tuple[float, float]:
     kept = activation_bytes_per_layer(*args, recompute=stored_mode, mlp_bytes=mlp,
                                       linear_input_bytes=saved, attention_bytes=attention)
     if stored_mode is not Recompute.FULL:
-        again = freed(ctx, mlp) if t.modules - {"core_attn"} else 0.0
+        again = freed(ctx, mlp) if t.rerun else 0.0
         return kept - again, again
     return kept, activation_bytes_per_layer(*args, recompute=Recompute.SELECTIVE,
                                             mlp_bytes=mlp, linear_input_bytes=saved,

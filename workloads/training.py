@@ -64,7 +64,7 @@ class TrainingSpec:
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)
     # Megatron-Core's --recompute-modules (workloads.recompute): listing modules makes
     # the recompute selective; selective alone re-runs core_attn
-    recompute_modules: tuple = setting(choices(RECOMPUTE_MODULES), ())
+    recompute_modules: tuple = setting(choices(RECOMPUTE_MODULES, "a module"), ())
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
     # which fused attention kernel (simulator.compute.attention): auto is the framework's
     # on the GPU; unfused is flash_attention: false (two GEMMs around a softmax)
@@ -93,6 +93,12 @@ class TrainingSpec:
         if self.recompute is not Recompute.SELECTIVE:
             return frozenset()
         return frozenset(self.recompute_modules or ("core_attn",))
+
+    @property
+    def rerun(self) -> frozenset[str]:
+        """The modules whose forward a backward re-runs as a pass of its own (all
+        but core_attn, which the attention's backward re-runs inside itself)."""
+        return self.modules - {"core_attn"}
 
     @property
     def host_launch(self) -> float:

@@ -72,8 +72,9 @@ def choice(options: Iterable[Any]) -> Check:
     return parse
 
 
-def choices(options: Iterable[Any]) -> Check:
-    """A list of distinct options (returned as a tuple in the order written)."""
+def choices(options: Iterable[Any], what: str = "an option") -> Check:
+    """A list of distinct options (returned as a tuple in the order written);
+    ``what`` names one in the error for a repeat."""
     pick = choice(options)
 
     def parse(path: str, value: object) -> tuple:
@@ -81,7 +82,7 @@ def choices(options: Iterable[Any]) -> Check:
             raise fail(path, value, "must be a list")
         out = tuple(pick(f"{path}[{n}]", v) for n, v in enumerate(value))
         if len(set(out)) < len(out):
-            raise fail(path, value, "names a module twice")
+            raise fail(path, value, f"names {what} twice")
         return out
     return parse
 
