@@ -19,9 +19,11 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
+from functools import partial
+
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
-from workloads import mtp, offload, recompute
+from workloads import moe_overlap, mtp, offload, recompute
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
@@ -216,7 +218,16 @@ def build_stage(ctx: Context, stage: int) -> Stage:
         data.gather_parameters_ahead(b)
     made: dict[tuple, Pattern | None] = {}  # step key -> its first instance, as a pattern
     stampable = STAMP and _stampable(ctx)
-    for step in steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage):
+    overlap = ctx.parallel.moe_overlap != "none"
+    steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage,
+                      moe_overlap.WARMUP if overlap else 0)
+    for pair in moe_overlap.pairs(steps) if overlap else [(step,) for step in steps]:
+        if len(pair) == 2:
+            first = len(b.ops)
+            _combined(b, *pair)
+            b.steps.append((first, len(b.ops), ("combined", *map(partial(_step_key, ctx), pair))))
+            continue
+        step = pair[0]
         first, key = len(b.ops), _step_key(ctx, step)
         pattern = made.get(key) if stampable else None
         if pattern is None or not pattern.stamp(b, step.microbatch):
@@ -227,6 +238,18 @@ def build_stage(ctx: Context, stage: int) -> Stage:
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
     return b
+
+
+def _combined(b: Stage, forward: Step, backward: Step) -> None:
+    """A forward and a backward as one step of the combined 1F1B schedule: each
+    built from the state before both, then interleaved (``moe_overlap.merge``;
+    not a template step: it holds two micro-batches)."""
+    first, entry = len(b.ops), (list(b.ready), b.last_compute)
+    _step(b, forward)
+    mid, forward_state = len(b.ops), (b.ready, b.last_compute)
+    b.ready, b.last_compute = list(entry[0]), entry[1]
+    _step(b, backward)
+    moe_overlap.merge(b, first, mid, forward_state)
 
 
 def _stampable(ctx: Context) -> bool:
@@ -310,6 +333,9 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
         strategy.check(model, training, parallel)
     offload.check(model, training, parallel)
     recompute.check(model, training)
+    why = moe_overlap.check(model, training, parallel)
+    if why:
+        raise LayoutError(why)
 
 
 def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:

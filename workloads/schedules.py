@@ -50,13 +50,14 @@ def gpipe(p: int, m: int, stage: int) -> list[Step]:
     return [Step(True, i) for i in range(m)] + [Step(False, i) for i in range(m)]
 
 
-def one_f_one_b(p: int, m: int, stage: int) -> list[Step]:
-    """PipeDream-Flush 1F1B.
+def one_f_one_b(p: int, m: int, stage: int, extra: int = 0) -> list[Step]:
+    """PipeDream-Flush 1F1B (``extra``: warm-up forwards beyond its own, the
+    combined 1F1B schedule's one: ``workloads.moe_overlap``).
 
     >>> [("F" if s.forward else "B") + str(s.microbatch) for s in one_f_one_b(3, 4, 0)]
     ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3']
     """
-    warmup = min(p - stage - 1, m)
+    warmup = min(p - stage - 1 + extra, m)
     steps = [Step(True, i) for i in range(warmup)]
     for i in range(m - warmup):
         steps += [Step(True, warmup + i), Step(False, i)]
@@ -72,8 +73,9 @@ def _virtual(k: int, p: int, v: int, forward: bool) -> Step:
     return Step(forward, (k // (p * v)) * p + k % p, chunk)
 
 
-def interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
-    """Megatron's interleaved 1F1B over ``v`` chunks per device.
+def interleaved(p: int, m: int, v: int, stage: int, extra: int = 0) -> list[Step]:
+    """Megatron's interleaved 1F1B over ``v`` chunks per device (``extra`` as in
+    ``one_f_one_b``).
 
     >>> [f"{'F' if s.forward else 'B'}{s.microbatch}.{s.chunk}" for s in interleaved(2, 2, 2, 1)]
     ['F0.0', 'F1.0', 'F0.1', 'B0.1', 'F1.1', 'B1.1', 'B0.0', 'B1.0']
@@ -82,7 +84,7 @@ def interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
         raise ScheduleError(f"interleaved needs micro-batches ({m}) to be a multiple of "
                             f"pipeline stages ({p})")
     total = m * v
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = min((p - stage - 1) * 2 + (v - 1) * p + extra, total)
     steps = [_virtual(k, p, v, True) for k in range(warmup)]
     for k in range(total - warmup):
         steps += [_virtual(warmup + k, p, v, True), _virtual(k, p, v, False)]
@@ -90,12 +92,17 @@ def interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
     return steps
 
 
-def steps_for(schedule: Schedule, p: int, m: int, v: int, stage: int) -> list[Step]:
+def steps_for(schedule: Schedule, p: int, m: int, v: int, stage: int,
+              extra: int = 0) -> list[Step]:
+    """Stage ``stage``'s steps; ``extra`` warm-up forwards beyond the schedule's
+    own (1F1B and interleaved only)."""
     if schedule is Schedule.INTERLEAVED:
-        return interleaved(p, m, v, stage)
+        return interleaved(p, m, v, stage, extra)
     if v != 1:
         raise ScheduleError(f"virtual stages ({v}) need the interleaved schedule")
-    return (gpipe if schedule is Schedule.GPIPE else one_f_one_b)(p, m, stage)
+    if schedule is Schedule.GPIPE:
+        return gpipe(p, m, stage)
+    return one_f_one_b(p, m, stage, extra)
 
 
 def makespan(schedule: Schedule, p: int, m: int, v: int, forward: float,

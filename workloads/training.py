@@ -222,6 +222,11 @@ class ParallelSpec:
     # each rank holding any of its experts, its outputs summed there for the return)
     moe_token_dispatcher_type: str = setting(choice(["alltoall", "allgather", "flex"]),
                                              "alltoall")
+    # expert-parallel all-to-all overlap (Megatron-Core's
+    # --overlap-moe-expert-parallel-comm): "1f1b" runs the steady state's forward and
+    # backward as one step, each one's token exchanges under the other's compute
+    # (``workloads.moe_overlap``); "none" runs them one after the other
+    moe_overlap: str = setting(choice(["none", "1f1b"]), "none")
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage

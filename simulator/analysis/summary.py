@@ -27,6 +27,9 @@ from simulator.analysis.timeline import (
     PIPELINE_STREAM,
     breakdown,
     grouped_union_length,
+    intersect,
+    length,
+    merge,
     rank_intervals,
 )
 from simulator.base.ir import HOST_MEMORY, Program
@@ -218,7 +221,7 @@ def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
 
 EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter")  # a MoE layer's token moves
 MOE_KEYS = ("moe_routing", "moe_rank_imbalance", "moe_expert_imbalance", "moe_dropped_fraction",
-            "moe_imbalance_s")
+            "moe_a2a_s", "moe_a2a_hidden_s", "moe_imbalance_s")
 
 
 def moe_keys(notes: Mapping, spans: pd.DataFrame, rank: int) -> dict[str, object]:
@@ -228,9 +231,24 @@ def moe_keys(notes: Mapping, spans: pd.DataFrame, rank: int) -> dict[str, object
     moe = notes.get("_moe")
     if moe is None:
         return {}
-    out = {k: moe[k] for k in MOE_KEYS[:-1]}
+    out = {k: moe[k] for k in MOE_KEYS[:-3]}
+    out["moe_a2a_s"], out["moe_a2a_hidden_s"] = exchanges_hidden(spans, rank)
     out["moe_imbalance_s"] = imbalance_cost(spans, rank, *moe["load_factors"])
     return out
+
+
+def exchanges_hidden(spans: pd.DataFrame, rank: int) -> tuple[float, float]:
+    """(seconds ``rank``'s token exchanges take, the part of them under its own
+    compute): the time the dispatches and combines are in flight, as a union, and
+    its intersection with the compute spans' union (what an all-to-all overlap,
+    ``parallelism.moe_overlap``, hides)."""
+    rows = spans[spans["rank"] == rank]
+    kind = rows["kind"].to_numpy()
+    moves = rows["name"].astype(str).isin(EXCHANGES).to_numpy() & (kind == "comm")
+    start, end = rows["start"].to_numpy(dtype=float), rows["end"].to_numpy(dtype=float)
+    exchanges = merge(start[moves], end[moves])
+    compute = merge(start[kind == "compute"], end[kind == "compute"])
+    return length(exchanges), length(intersect(exchanges, compute))
 
 
 def imbalance_cost(spans: pd.DataFrame, rank: int, scale: Mapping[int, np.ndarray],

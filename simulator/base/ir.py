@@ -133,7 +133,8 @@ class Program:
     held for the whole iteration; ``stage[r]`` is rank r's pipeline stage.
     ``steps[r]`` (optional) lists the pipeline steps of rank r's program as
     ``(first op, end op, key)``: the ops in ``range(first, end)`` are one forward
-    or backward of one micro-batch through one model chunk, and two steps of one
+    or backward of one micro-batch through one model chunk (or, in the combined
+    1F1B schedule, a forward and a backward together), and two steps of one
     program with equal keys hold the same ops but for their micro-batch and their
     dependencies on ops before the step (a template the engine may replay).
     """

@@ -140,7 +140,9 @@ def _moe_lines(summary: dict) -> list[str]:
             f"busiest expert x{summary['moe_expert_imbalance']:.3f} the mean expert's"
             + (f"; {dropped:.1%} of token copies dropped at capacity" if dropped else ""),
             f"                 imbalance costs the last rank about "
-            f"{format_time(summary['moe_imbalance_s'])} of expert kernels and all-to-alls"]
+            f"{format_time(summary['moe_imbalance_s'])} of expert kernels and all-to-alls",
+            f"                 its token all-to-alls take {format_time(summary['moe_a2a_s'])}, "
+            f"{format_time(summary['moe_a2a_hidden_s'])} of it under its own compute"]
 
 
 def _moe_text(job: dict) -> str:
