@@ -34,6 +34,12 @@ PIPELINES = [dict(tp=8, pp=2), dict(tp=8, pp=2, schedule="interleaved", virtual_
                                     sequence_parallel=True),
              dict(tp=8, pp=2, training__recompute="full", training__micro_batch=2),
              dict(tp=8, pp=2, dp=2, zero=1, cluster__nodes=4)]
+# the combined 1F1B schedule: steps of a forward and a backward of two micro-batches,
+# each one's all-to-alls under the other's compute (not replayed: the all-to-alls'
+# links are never exclusive; the builder's side of the steps' contract holds)
+COMBINED = dict(pp=2, ep=4, schedule="interleaved", virtual_stages=2, moe_overlap="1f1b",
+                model__experts=4, model__top_k=2, model__expert_ffn_hidden=512,
+                model__routing="balanced")
 
 
 def _setup(parallelism: dict):
@@ -178,7 +184,8 @@ def _same_timeline(program, placement, fabric, durations, plugins, options) -> N
 
 @pytest.mark.parametrize("parallelism", PIPELINES + [
     dict(pp=2, dp=8, zero=3), dict(pp=2, cp=2, dp=4), dict(pp=4, dp=4, schedule="gpipe"),
-    dict(pp=2, dp=8, stage_layers=[3, 5]), dict(pp=2, dp=8, fsdp={"sharding": "full_shard"})],
+    dict(pp=2, dp=8, stage_layers=[3, 5]), dict(pp=2, dp=8, fsdp={"sharding": "full_shard"}),
+    COMBINED],
     ids=str)
 def test_steps_of_one_key_hold_the_same_ops(parallelism):
     """``Program.steps``' contract, which the replay relies on: two steps with one

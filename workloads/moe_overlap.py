@@ -46,6 +46,15 @@ MODES = ("none", "1f1b")
 WARMUP = 1
 
 
+def extra_warmup(parallel, micro_batches: int) -> int:
+    """Warm-up forwards the combined schedule adds: ``WARMUP``, or every forward
+    when an interleaved schedule has as many micro-batches as stages (Megatron-Core
+    then runs all forwards first, so nothing is combined)."""
+    if parallel.schedule is Schedule.INTERLEAVED and micro_batches == parallel.pp:
+        return micro_batches * parallel.virtual_stages
+    return WARMUP
+
+
 def check(model, training, parallel) -> str | None:
     """Why ``parallelism.moe_overlap: 1f1b`` cannot run (None when it can), with
     Megatron-Core's own requirements."""
@@ -67,29 +76,25 @@ def check(model, training, parallel) -> str | None:
 
 
 def pairs(steps: list[Step]) -> list[tuple[Step, ...]]:
-    """The schedule's steps as the combined schedule runs them: each forward
-    followed by a backward of another (micro-batch, chunk) as one pair, the
-    rest alone. The schedule is built with one more warm-up forward
-    (``WARMUP``) so that no forward meets its own backward.
+    """The schedule's steps as the combined schedule runs them: each steady-state
+    forward and the backward after it as one pair, the warm-up's forwards and
+    the cool-down's backwards alone (a 1F1B-like list: forwards, then forward
+    and backward in turn, then backwards). The schedule is built with one more
+    warm-up forward (``WARMUP``) so that no forward meets its own backward.
 
     >>> from workloads.schedules import one_f_one_b
     >>> [tuple(("F" if s.forward else "B") + str(s.microbatch) for s in p)
     ...  for p in pairs(one_f_one_b(1, 3, 0, WARMUP))]
     [('F0',), ('F1', 'B0'), ('F2', 'B1'), ('B2',)]
     """
-    out: list[tuple[Step, ...]] = []
-    n = 0
-    while n < len(steps):
-        a = steps[n]
-        b = steps[n + 1] if n + 1 < len(steps) else None
-        if a.forward and b is not None and not b.forward and \
-                (a.microbatch, a.chunk) != (b.microbatch, b.chunk):
-            out.append((a, b))
-            n += 2
-        else:
-            out.append((a,))
-            n += 1
-    return out
+    total = len(steps) // 2
+    first_backward = next((n for n, s in enumerate(steps) if not s.forward), len(steps))
+    if first_backward >= total:  # all forwards first: no steady state
+        return [(s,) for s in steps]
+    warmup = first_backward - 1  # then forward, backward, ... in turn
+    steady = range(warmup, warmup + 2 * (total - warmup), 2)
+    return [*((s,) for s in steps[:warmup]), *((steps[n], steps[n + 1]) for n in steady),
+            *((s,) for s in steps[steady.stop:])]
 
 
 def segments(ops: list[Op], first: int, end: int) -> list[range]:

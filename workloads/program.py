@@ -19,8 +19,6 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
-from functools import partial
-
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
 from workloads import moe_overlap, mtp, offload, recompute
@@ -220,12 +218,12 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     stampable = STAMP and _stampable(ctx)
     overlap = ctx.parallel.moe_overlap != "none"
     steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage,
-                      moe_overlap.WARMUP if overlap else 0)
+                      moe_overlap.extra_warmup(ctx.parallel, ctx.micro_batches) if overlap else 0)
     for pair in moe_overlap.pairs(steps) if overlap else [(step,) for step in steps]:
         if len(pair) == 2:
             first = len(b.ops)
             _combined(b, *pair)
-            b.steps.append((first, len(b.ops), ("combined", *map(partial(_step_key, ctx), pair))))
+            b.steps.append((first, len(b.ops), _combined_key(ctx, *pair)))
             continue
         step = pair[0]
         first, key = len(b.ops), _step_key(ctx, step)
@@ -250,6 +248,14 @@ def _combined(b: Stage, forward: Step, backward: Step) -> None:
     b.ready, b.last_compute = list(entry[0]), entry[1]
     _step(b, backward)
     moe_overlap.merge(b, first, mid, forward_state)
+
+
+def _combined_key(ctx: Context, forward: Step, backward: Step) -> tuple:
+    """A combined step's key (``Program.steps``): its two steps' keys and how many
+    micro-batches the forward's is after the backward's (steps of one key hold the
+    same ops but for their micro-batches)."""
+    return ("combined", _step_key(ctx, forward), _step_key(ctx, backward),
+            forward.microbatch - backward.microbatch)
 
 
 def _stampable(ctx: Context) -> bool:
