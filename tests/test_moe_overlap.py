@@ -59,17 +59,17 @@ def test_pairs_take_the_steady_state_of_an_interleaved_schedule():
     backwards alone."""
     for stage, warmup in ((1, 3), (0, 5)):
         steps = interleaved(2, 4, 2, stage, WARMUP)
-        paired = pairs(steps)
+        paired = pairs(steps, warmup)
         assert [s for p in paired for s in p] == steps
         twos = [p for p in paired if len(p) == 2]
         assert len(twos) == len(steps) // 2 - warmup
         assert all(f.forward and not b.forward and
                    (f.microbatch, f.chunk) != (b.microbatch, b.chunk) for f, b in twos)
-    plain = pairs(interleaved(2, 4, 2, 1))  # without it a forward meets its own backward
+    plain = pairs(interleaved(2, 4, 2, 1), 2)  # without it a forward meets its own backward
     assert any(len(p) == 2 and (p[0].microbatch, p[0].chunk) == (p[1].microbatch, p[1].chunk)
                for p in plain)
     everything = interleaved(2, 2, 2, 1, 8)  # all forwards first: nothing to pair
-    assert pairs(everything) == [(s,) for s in everything]
+    assert pairs(everything, 4) == [(s,) for s in everything]
 
 
 @pytest.mark.parametrize(("pp", "micro_batches", "virtual"), [(2, 2, 2), (2, 4, 4), (4, 4, 2),

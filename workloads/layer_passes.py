@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from simulator.base.ir import EP_STREAM, TP_STREAM, Collective, Phase
+from simulator.base.ir import TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads import offload
 from workloads.memory import Recompute
@@ -74,10 +74,12 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
         if what == "attention":
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
-        if what == "ep":
-            kind, nbytes = expert.exchange(ctx, item[1], forward, ctx.routing.exchange[layer][mb])
-            b.collective(kind, nbytes, EP_STREAM, expert.group_of(item[1]), phase, mb, layer,
-                         name=item[1])
+        if what == "ep":  # (DeepEP's two hops at once: both after the same ops)
+            after = b._after_compute()
+            for stream, group, kind, nbytes, name in expert.hops(
+                    ctx, item[1], forward, ctx.routing.exchange[layer][mb]):
+                b.collective(kind, nbytes, stream, group, phase, mb, layer, deps=after,
+                             name=name)
             continue
         kernel = item[1]
         if what == "expert":  # at the most loaded EP rank's pace

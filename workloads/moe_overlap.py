@@ -36,7 +36,7 @@ pass's activations are allocated and freed as before).
 
 from __future__ import annotations
 
-from simulator.base.ir import EP_STREAM, Op
+from simulator.base.ir import EXCHANGE_STREAMS, Op
 from workloads.schedules import Schedule, Step
 
 MODES = ("none", "1f1b")
@@ -75,31 +75,27 @@ def check(model, training, parallel) -> str | None:
     return None
 
 
-def pairs(steps: list[Step]) -> list[tuple[Step, ...]]:
-    """The schedule's steps as the combined schedule runs them: each steady-state
-    forward and the backward after it as one pair, the warm-up's forwards and
-    the cool-down's backwards alone (a 1F1B-like list: forwards, then forward
-    and backward in turn, then backwards). The schedule is built with one more
-    warm-up forward (``WARMUP``) so that no forward meets its own backward.
+def pairs(steps: list[Step], warmup: int) -> list[tuple[Step, ...]]:
+    """The schedule's steps as the combined schedule runs them: the ``warmup``
+    forwards alone, then each steady-state forward with the backward after it as
+    one pair, then the cool-down's backwards alone (a 1F1B-like list). The
+    schedule is built with one more warm-up forward (``WARMUP``) so that no
+    forward meets its own backward.
 
     >>> from workloads.schedules import one_f_one_b
     >>> [tuple(("F" if s.forward else "B") + str(s.microbatch) for s in p)
-    ...  for p in pairs(one_f_one_b(1, 3, 0, WARMUP))]
+    ...  for p in pairs(one_f_one_b(1, 3, 0, WARMUP), 1)]
     [('F0',), ('F1', 'B0'), ('F2', 'B1'), ('B2',)]
     """
-    total = len(steps) // 2
-    first_backward = next((n for n, s in enumerate(steps) if not s.forward), len(steps))
-    if first_backward >= total:  # all forwards first: no steady state
-        return [(s,) for s in steps]
-    warmup = first_backward - 1  # then forward, backward, ... in turn
-    steady = range(warmup, warmup + 2 * (total - warmup), 2)
+    steady = range(warmup, warmup + 2 * (len(steps) // 2 - warmup), 2)
     return [*((s,) for s in steps[:warmup]), *((steps[n], steps[n + 1]) for n in steady),
             *((s,) for s in steps[steady.stop:])]
 
 
 def segments(ops: list[Op], first: int, end: int) -> list[range]:
     """Ops ``first`` to ``end`` cut after each run of token exchanges (ops on the
-    ``ep`` stream): a pass's compute up to and including an all-to-all, and so on.
+    ``ep`` and ``ep_rdma`` streams): a pass's compute up to and including an
+    all-to-all, and so on.
 
     >>> from simulator.base.ir import OpKind, Phase
     >>> op = lambda s: Op(OpKind.COMPUTE, "x", s, Phase.FORWARD)
@@ -108,7 +104,8 @@ def segments(ops: list[Op], first: int, end: int) -> list[range]:
     """
     out, start = [], first
     for i in range(first, end):
-        if ops[i].stream == EP_STREAM and (i + 1 == end or ops[i + 1].stream != EP_STREAM):
+        if ops[i].stream in EXCHANGE_STREAMS and (
+                i + 1 == end or ops[i + 1].stream not in EXCHANGE_STREAMS):
             out.append(range(start, i + 1))
             start = i + 1
     if start < end:

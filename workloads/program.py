@@ -28,7 +28,7 @@ from workloads.layout import Layout, parse_order
 from workloads.memory import Recompute
 from workloads.models import ModelSpec, padded_vocab
 from workloads.precision import AMAX_BYTES_PER_GEMM
-from workloads.schedules import Step, steps_for
+from workloads.schedules import Step, steps_for, warmups
 from workloads.stage import Context, LayoutError, Stage, _new, kernel_cost
 from workloads.stage_memory import stage_lowp, stage_param_split, static_memory
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
@@ -217,9 +217,10 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     made: dict[tuple, Pattern | None] = {}  # step key -> its first instance, as a pattern
     stampable = STAMP and _stampable(ctx)
     overlap = ctx.parallel.moe_overlap != "none"
-    steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage,
-                      moe_overlap.extra_warmup(ctx.parallel, ctx.micro_batches) if overlap else 0)
-    for pair in moe_overlap.pairs(steps) if overlap else [(step,) for step in steps]:
+    extra = moe_overlap.extra_warmup(ctx.parallel, ctx.micro_batches) if overlap else 0
+    steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
+    warmup = warmups(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
+    for pair in moe_overlap.pairs(steps, warmup) if overlap else [(step,) for step in steps]:
         if len(pair) == 2:
             first = len(b.ops)
             _combined(b, *pair)
@@ -369,7 +370,8 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
             kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
                            for f in (True, False)}
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
-                          micro_batches, seed) if model.experts else None
+                          micro_batches, seed, expert.domains(parallel)) if model.experts \
+        else None
     passes = {f: pass_plan(sequence, shard, training, f, parallel.tp_comm_overlap)
               for f in (True, False)}
     again = {kind: recompute.positions(plans[True], training.rerun, kind[0]) for kind, plans in

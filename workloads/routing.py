@@ -60,6 +60,9 @@ class Routing:
     dropped: float  # fraction of copies dropped at capacity
     varies: bool  # whether micro-batches differ (anything but balanced, undropped routing)
     ranks_per_token: float = 1.0  # EP ranks holding a token's experts, on average
+    # NVLink domains of the EP group holding a token's experts, on average (DeepEP's
+    # RDMA hop sends a token once to each: ``ranks_per_token`` over the domains)
+    domains_per_token: float = 1.0
     # MoE layer -> per micro-batch: the mean rank's kept copies / balanced (1 dropless)
     kept: dict[int, np.ndarray] | None = None
     # MoE layer -> per micro-batch, per local expert: the most loaded rank's copies of
@@ -117,9 +120,11 @@ def expert_shares(model: ModelSpec, rng: np.random.Generator, moe_index: int = 0
     return rng.permutation(weights / weights.sum())
 
 
-def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) -> Routing:
+def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int,
+         domains: int = 1) -> Routing:
     """Loads of every MoE layer and micro-batch: ``copies`` token copies per rank
-    (its tokens x top_k), an EP group of ``ep`` ranks."""
+    (its tokens x top_k), an EP group of ``ep`` ranks over ``domains`` NVLink
+    domains (each holding the experts of its consecutive ranks)."""
     total, experts = copies * ep, model.experts
     cap = math.ceil(model.capacity_factor * total / experts) if model.capacity_factor else None
     scale, exchange, kept, spread, ranks_max, experts_max, dropped = {}, {}, {}, {}, [], [], 0.0
@@ -149,5 +154,5 @@ def draw(model: ModelSpec, ep: int, copies: int, micro_batches: int, seed: int) 
                    float(np.mean(experts_max)) if experts_max else 1.0,
                    dropped / (total * passes) if passes else 0.0,
                    any(np.ptp(v) > 0 or v[0] != 1.0 for v in scale.values()),
-                   ranks_per_token(model, ep), kept,
+                   ranks_per_token(model, ep), ranks_per_token(model, domains), kept,
                    spread if model.routing not in ("balanced", "round_robin") else None)

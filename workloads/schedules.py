@@ -57,7 +57,7 @@ def one_f_one_b(p: int, m: int, stage: int, extra: int = 0) -> list[Step]:
     >>> [("F" if s.forward else "B") + str(s.microbatch) for s in one_f_one_b(3, 4, 0)]
     ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3']
     """
-    warmup = min(p - stage - 1 + extra, m)
+    warmup = warmups(Schedule.ONE_F_ONE_B, p, m, 1, stage, extra)
     steps = [Step(True, i) for i in range(warmup)]
     for i in range(m - warmup):
         steps += [Step(True, warmup + i), Step(False, i)]
@@ -84,12 +84,27 @@ def interleaved(p: int, m: int, v: int, stage: int, extra: int = 0) -> list[Step
         raise ScheduleError(f"interleaved needs micro-batches ({m}) to be a multiple of "
                             f"pipeline stages ({p})")
     total = m * v
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p + extra, total)
+    warmup = warmups(Schedule.INTERLEAVED, p, m, v, stage, extra)
     steps = [_virtual(k, p, v, True) for k in range(warmup)]
     for k in range(total - warmup):
         steps += [_virtual(warmup + k, p, v, True), _virtual(k, p, v, False)]
     steps += [_virtual(total - warmup + k, p, v, False) for k in range(warmup)]
     return steps
+
+
+def warmups(schedule: Schedule, p: int, m: int, v: int, stage: int, extra: int = 0) -> int:
+    """Forwards stage ``stage`` runs before its first backward's turn (every one
+    under GPipe): 1F1B's ``p - stage - 1``, interleaved's ``2 (p - stage - 1) +
+    (v - 1) p``, plus ``extra``, at most all of them.
+
+    >>> warmups(Schedule.INTERLEAVED, 2, 4, 2, 0), warmups(Schedule.ONE_F_ONE_B, 1, 2, 1, 0, 1)
+    (4, 1)
+    """
+    if schedule is Schedule.GPIPE:
+        return m
+    if schedule is Schedule.INTERLEAVED:
+        return min((p - stage - 1) * 2 + (v - 1) * p + extra, m * v)
+    return min(p - stage - 1 + extra, m)
 
 
 def steps_for(schedule: Schedule, p: int, m: int, v: int, stage: int,

@@ -242,6 +242,9 @@ class ParallelSpec:
     overlap_param_gather: bool | None = setting(boolean, None)
     deepspeed: DeepSpeedSpec | None = setting(nested(DeepSpeedSpec), None)  # framework: deepspeed
     ranks_per_node: int = 8  # for FSDP hybrid_shard: the shard group stays in a server
+    # consecutive ranks that share an NVLink domain (a server's, or a rack's in an NVL72
+    # system): where DeepEP's dispatch goes over RDMA and where over NVLink
+    ranks_per_domain: int = 8
 
     @property
     def world(self) -> int:

@@ -9,7 +9,11 @@ ZeRO-1, sequence 4096, global batch 256. For each expert-parallel size (1 to
 64) and routing (balanced; uniform; Zipf with skew 0.3 and 0.6, whose busiest
 expert gets about 2.5x and 5.5x the mean expert's tokens): the iteration
 time, the all-to-all time per iteration of one rank, the busiest EP rank's load
-against the mean, and the peak memory. Writes moe_expert_parallel.csv and .png.
+against the mean, and the peak memory. Then, with balanced routing, each
+dispatcher (Megatron-Core's all-to-all; DeepEP, in two hops once EP leaves the
+server) without and with the all-to-all overlap of Megatron-Core's combined
+1F1B schedule (``parallelism.moe_overlap: 1f1b``): the iteration time and the
+all-to-all time hidden under compute. Writes moe_expert_parallel.csv and .png.
 
     python scripts/studies/moe_expert_parallel.py [--quick]
 """
@@ -30,6 +34,8 @@ V2_LITE = {"layers": 27, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidde
            "first_dense_layers": 1}
 ROUTINGS = {"balanced": ("balanced", 1.0), "uniform": ("uniform", 1.0),
             "zipf 0.3": ("zipf", 0.3), "zipf 0.6": ("zipf", 0.6)}
+# (dispatcher, all-to-all overlap) with balanced routing; the first is the routings' own
+MODES = (("alltoall", "none"), ("alltoall", "1f1b"), ("flex", "none"), ("flex", "1f1b"))
 
 
 def design(quick: bool) -> tuple[dict, list[int], dict]:
@@ -52,15 +58,21 @@ def design(quick: bool) -> tuple[dict, list[int], dict]:
     return base, eps, routings
 
 
-def case(base: dict, ep: int, routing: str, skew: float) -> dict:
+def case(base: dict, ep: int, routing: str, skew: float, dispatcher: str = "alltoall",
+         overlap: str = "none") -> dict:
     scenario = {**base, "model": {**base["model"], "routing": routing, "routing_skew": skew},
-                "parallelism": {**base["parallelism"], "ep": ep}}
+                "parallelism": {**base["parallelism"], "ep": ep,
+                                "moe_token_dispatcher_type": dispatcher,
+                                "moe_overlap": overlap}}
     result = run(scenario)
     s = result.summary
     comms = result.comms
     mine = comms[(comms["group"] == "ep") & (comms["group_index"] == 0)]
-    return {"ep": ep, "iteration_time_s": s["iteration_time_s"], "mfu": s["mfu"],
-            "all_to_all_s": float((mine["end"] - mine["start"]).sum()),
+    return {"ep": ep, "dispatcher": dispatcher, "moe_overlap": overlap,
+            "iteration_time_s": s["iteration_time_s"], "mfu": s["mfu"],
+            "all_to_all_s": float((mine["end"] - mine["start"]).sum()) if len(mine)
+            else float("nan"),  # (DeepEP's two hops: the exchanges' union below)
+            "exchanges_s": s["moe_a2a_s"], "exchanges_hidden_s": s["moe_a2a_hidden_s"],
             "all_to_all_calls": len(mine),
             "rank_imbalance": s["moe_rank_imbalance"],
             "expert_imbalance": s["moe_expert_imbalance"],
@@ -68,23 +80,33 @@ def case(base: dict, ep: int, routing: str, skew: float) -> dict:
 
 
 def figure(table: pd.DataFrame):
-    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    fig = Figure(figsize=(18, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 3)
-    for n, (label, part) in enumerate(table.groupby("routing", sort=False)):
+    axes = fig.subplots(1, 4)
+    plain = (table["dispatcher"] == "alltoall") & (table["moe_overlap"] == "none")
+    for n, (label, part) in enumerate(table[plain].groupby("routing", sort=False)):
         style = dict(color=OKABE_ITO[n], marker="o", label=label)
         axes[0].plot(part["ep"], part["iteration_time_s"], **style)
         axes[1].plot(part["ep"], part["all_to_all_s"], **style)
         axes[2].plot(part["ep"], part["rank_imbalance"], **style)
+    balanced = table[table["routing"] == "balanced"]
+    for n, ((dispatcher, overlap), part) in enumerate(balanced.groupby(
+            ["dispatcher", "moe_overlap"], sort=False)):
+        axes[3].plot(part["ep"], part["iteration_time_s"], color=OKABE_ITO[n], marker="o",
+                     ls="-" if overlap == "none" else "--",
+                     label=f"{'DeepEP' if dispatcher == 'flex' else 'all-to-all'}"
+                           f"{', 1F1B overlap' if overlap != 'none' else ''}")
+    axes[3].legend(frameon=False, fontsize=8)
     titles = ("iteration time (s)", "one rank's all-to-alls per iteration (s)",
-              "busiest EP rank's tokens / mean rank's")
+              "busiest EP rank's tokens / mean rank's",
+              "balanced: dispatcher and overlap, iteration time (s)")
     for ax, title in zip(axes, titles, strict=True):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("expert-parallel size")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
     gpus_per_node = 8
-    for ax in axes[:2]:
+    for ax in (axes[0], axes[1], axes[3]):
         ax.axvline(gpus_per_node, color="grey", lw=0.8, ls="--")
         ax.text(gpus_per_node * 1.05, ax.get_ylim()[1] * 0.95, "EP leaves the server",
                 fontsize=7, va="top", color="grey")
@@ -99,10 +121,13 @@ def main() -> None:
     base, eps, routings = design(args.quick)
     rows = [{"routing": label, **case(base, ep, routing, skew)}
             for label, (routing, skew) in routings.items() for ep in eps]
+    rows += [{"routing": "balanced", **case(base, ep, "balanced", 1.0, dispatcher, overlap)}
+             for dispatcher, overlap in MODES[1:] for ep in eps if ep > 1]
     table = pd.DataFrame(rows)
-    balanced = table[table["routing"] == "balanced"].set_index("ep")["iteration_time_s"]
+    plain = table[(table["routing"] == "balanced") & (table["dispatcher"] == "alltoall")
+                  & (table["moe_overlap"] == "none")].set_index("ep")["iteration_time_s"]
     table["imbalance_cost_pct"] = 100 * (table["iteration_time_s"] /
-                                         table["ep"].map(balanced) - 1)
+                                         table["ep"].map(plain) - 1)
     write(args, NAME, table, figure(table))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 

@@ -219,7 +219,8 @@ def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
     return [out[s] / GIB for s in sorted(out)]
 
 
-EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter")  # a MoE layer's token moves
+EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter",  # a MoE layer's token moves
+             "dispatch_rdma", "combine_rdma")  # (DeepEP's hop between NVLink domains)
 MOE_KEYS = ("moe_routing", "moe_rank_imbalance", "moe_expert_imbalance", "moe_dropped_fraction",
             "moe_a2a_s", "moe_a2a_hidden_s", "moe_imbalance_s")
 

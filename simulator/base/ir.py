@@ -25,12 +25,15 @@ from typing import NamedTuple
 COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
 EP_STREAM = "ep"  # expert parallelism's token all-to-alls
+# DeepEP's hop between NVLink domains (RDMA), beside its NVLink hop on ``ep``
+EP_RDMA_STREAM = "ep_rdma"
 BG_STREAM = "bg"  # background traffic of another tenant (workloads.background)
 # copies to host memory (activation and optimizer offloading) and the host's own
 # optimizer work, and copies back: a GPU's copy engines move data each way at once
 # (the CPU's work is not the SMs' either)
 OFFLOAD_STREAM, RELOAD_STREAM = "offload", "reload"
-COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM,
+EXCHANGE_STREAMS = (EP_STREAM, EP_RDMA_STREAM)  # a MoE layer's token exchanges
+COMMUNICATION_STREAMS = (TP_STREAM, CP_STREAM, EP_STREAM, EP_RDMA_STREAM, DP_STREAM, PP_STREAM,
                          BG_STREAM, OFFLOAD_STREAM, RELOAD_STREAM)  # Gantt lanes
 STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine

@@ -123,6 +123,23 @@ def _background(body: dict[str, Any], nodes: int) -> BackgroundSpec:
     return spec
 
 
+def _per_domain(nodes: tuple[int, ...], per_node: int, domain: int) -> int:
+    """Consecutive ranks of a job on ``nodes`` (in that order) that share an NVLink
+    domain of ``domain`` GPUs: the job's GPUs in each domain it touches when every
+    one holds as many and its nodes run domain by domain (16 trays of each rack
+    give 64), else a server's.
+
+    >>> _per_domain(tuple(range(16)) + tuple(range(18, 34)), 4, 72)
+    64
+    >>> _per_domain((0, 20, 1), 4, 72)
+    4
+    """
+    domains = [n * per_node // domain for n in nodes]
+    counts = {d: domains.count(d) * per_node for d in domains}
+    ordered = all(a <= b for a, b in zip(domains, domains[1:], strict=False))
+    return counts[domains[0]] if ordered and len(set(counts.values())) == 1 else per_node
+
+
 def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: Machine,
               per_node: int, base_dir: Path | None) -> JobSpec:
     allowed = set(TRAINING_KEYS)
@@ -132,6 +149,7 @@ def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: 
                                        "model, training, parallelism)")
     training = training_from(body.get("training"), machine.gpu)
     model = model_from(body.get("model"), base_dir)
-    parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node)
+    parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node,
+                             _per_domain(nodes, per_node, machine.cluster.domain))
     check_layout(model, training, parallel, body.get("parallelism"))
     return JobSpec(name, nodes, model, training, parallel)

@@ -116,7 +116,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         training = training_from(raw.get("training"), machine.gpu)
         model = model_from(raw.get("model"), base_dir)
         parallel = parallel_from(raw.get("parallelism"), machine.gpus,
-                                 machine.gpus // max(1, machine.nodes))
+                                 machine.gpus // max(1, machine.nodes), machine.cluster.domain)
         check_layout(model, training, parallel, raw.get("parallelism"))
     sim = section("simulation", raw.get("simulation"), SIMULATION)
     fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]

@@ -101,8 +101,11 @@ def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:
                                                    "(training.flash_attention: true)")
 
 
-def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
-    """Check a ``parallelism:`` section on ``gpus`` GPUs and build its ParallelSpec."""
+def parallel_from(raw: object, gpus: int, ranks_per_node: int,
+                  ranks_per_domain: int | None = None) -> ParallelSpec:
+    """Check a ``parallelism:`` section on ``gpus`` GPUs and build its ParallelSpec
+    (``ranks_per_domain``: consecutive ranks sharing an NVLink domain, a server's
+    unless given)."""
     p = section("parallelism", raw, PARALLEL_SCHEMA)
     tp, cp, pp = p["tp"], p["cp"], p["pp"]
     if p["fsdp"] is not None and p["zero"]:
@@ -124,7 +127,8 @@ def parallel_from(raw: object, gpus: int, ranks_per_node: int) -> ParallelSpec:
     if model_parallel * dp != gpus:
         raise ScenarioError(f"parallelism: tp x cp x pp x dp = {tp} x {cp} x {pp} x {dp} = "
                             f"{model_parallel * dp} must equal the GPU count {gpus}")
-    return ParallelSpec(**{**p, "dp": dp}, ranks_per_node=ranks_per_node)
+    return ParallelSpec(**{**p, "dp": dp}, ranks_per_node=ranks_per_node,
+                        ranks_per_domain=min(gpus, ranks_per_domain or ranks_per_node))
 
 
 EXPERT_KEYS = ("ep", "etp", "moe_token_dispatcher_type")  # parallelism keys of MoE layers

@@ -41,7 +41,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.analysis.summary import peak_memory
-from simulator.base.ir import CP_STREAM, DP_STREAM, EP_STREAM, TP_STREAM, Collective, OpKind
+from simulator.base.ir import (
+    CP_STREAM,
+    DP_STREAM,
+    EXCHANGE_STREAMS,
+    TP_STREAM,
+    Collective,
+    OpKind,
+)
 from simulator.collectives.tuner import Collectives, isolated_time
 from simulator.compute import stragglers
 from simulator.compute.host import host_bound
@@ -183,7 +190,7 @@ class Estimator:
                             "pp": stage + 1 if stage + 1 < ctx.parallel.pp else stage - 1})
         seconds = np.array([self._op_seconds(op, rank, peer, groups) if op.kind is not
                             OpKind.COMPUTE else k for op, k in zip(ops, kernels, strict=True)])
-        blocking = np.array([op.stream in (TP_STREAM, CP_STREAM, EP_STREAM) for op in ops])
+        blocking = np.array([op.stream in (TP_STREAM, CP_STREAM, *EXCHANGE_STREAMS) for op in ops])
         on_path = np.array([op.kind is OpKind.COMPUTE for op in ops]) | blocking
         data = np.array([op.stream == DP_STREAM for op in ops])
         step, exposed = _typical_step(b.steps, seconds, on_path, data,

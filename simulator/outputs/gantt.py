@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simulator.analysis.timeline import rank_table
-from simulator.base.ir import COMMUNICATION_STREAMS, PACING, PP_STREAM
+from simulator.base.ir import COMMUNICATION_STREAMS, EP_RDMA_STREAM, PACING, PP_STREAM
 from simulator.outputs.bars import bars, rectangles
 from simulator.outputs.selection import spread
 from simulator.outputs.style import save, time_unit
@@ -46,6 +46,7 @@ CATEGORIES = {  # label -> colour, in legend order
     "TP communication": "#E69F00",
     "CP communication": "#000000",
     "EP communication": "#44AA99",  # Paul Tol's teal: Okabe-Ito's eight are taken
+    "EP communication, RDMA hop": "#117733",  # Paul Tol's green: DeepEP between domains
     "DP communication": "#F0E442",
     "PP communication": "#CC79A7",
     "BG communication": "#882255",  # Paul Tol's wine: background traffic
@@ -68,6 +69,8 @@ def category(kind: str, phase: str, stream: str) -> str:
     if kind == "wait":
         return "pipeline bubble" if stream == PP_STREAM else "waiting for peers"
     if kind == "comm":
+        if stream == EP_RDMA_STREAM:
+            return "EP communication, RDMA hop"
         return f"{stream.upper()} communication" if stream in STREAMS else "DP communication"
     if kind == "copy":
         return "host copies"

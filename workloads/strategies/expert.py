@@ -22,13 +22,28 @@ moves ``tokens x top_k x hidden`` elements per rank (``workloads.routing`` sizes
 it by the loads drawn). With ``moe_token_dispatcher_type: allgather`` the
 dispatch is an all-gather of the EP group's tokens and the combine a
 reduce-scatter of the outputs (``exchange``).
+
+DeepEP (``flex``) moves a token once to each rank holding one of its experts.
+Where an EP group spans several NVLink domains (servers, or NVL72 racks) its
+normal kernels take two hops (DeepEP's README; the DeepSeek-V3 report, Sec.
+3.2.2): a token goes over RDMA once to each domain holding its experts, to the
+rank of the same local index there, which forwards it over NVLink to the
+ranks that hold them; the combine mirrors it. ``hops`` gives both as
+all-to-alls that run at once (DeepEP pipelines them in chunks: the slower
+sets the time), the RDMA one over the ``ep_rdma`` groups (one rank per
+domain) on its own stream, the NVLink one over the ``ep_nvl`` groups (an EP
+group's ranks in one domain). The SMs DeepEP's kernels hold (20-24 of an
+H100's 132) slow the compute beside them as NCCL's do (``compute.contention``:
+1.19x measured, 1.18-1.22x from that share). Left out: its low-latency kernels
+(inference decoding) and DeepSeek-V3's node-limited routing (at most 4 nodes a
+token: here domains are drawn as the experts are).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.base.ir import Collective
+from simulator.base.ir import EP_RDMA_STREAM, EP_STREAM, Collective
 from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
@@ -38,6 +53,7 @@ from workloads.training import ParallelSpec, TrainingSpec
 DISPATCH, COMBINE = "dispatch", "combine"  # markers in a MoE layer's kernel sequence
 GATHER, SCATTER = "etp_gather", "etp_scatter"  # expert tensor parallelism's (etp > 1)
 KIND = Collective.ALL_TO_ALL  # the dispatcher's exchange (alltoall)
+RDMA, NVL = "ep_rdma", "ep_nvl"  # DeepEP's two hops' groups (across domains, inside one)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
@@ -93,7 +109,43 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
            "edp": tuple(sorted(tuple(sorted(g)) for g in edp_groups.values()))}
     if etp > 1:
         out["etp"] = tuple(sorted(tuple(sorted(g)) for g in etp_groups.values()))
+    if domains(parallel) > 1:
+        out.update(hop_groups(out["ep"], parallel.ranks_per_domain, domains(parallel)))
     return out
+
+
+def domains(parallel: ParallelSpec) -> int:
+    """NVLink domains an expert-parallel group spans where DeepEP takes two hops
+    (``flex``; 1: one hop, over NVLink or as one all-to-all): its ep x etp
+    consecutive ranks over whole domains of ``ranks_per_domain``."""
+    span, per = parallel.ep * parallel.etp, parallel.ranks_per_domain
+    if parallel.moe_token_dispatcher_type != "flex" or span <= per or span % per or \
+            per % parallel.etp:
+        return 1
+    return span // per
+
+
+def hop_groups(ep_groups: tuple, per_domain: int, count: int) -> dict[str, tuple]:
+    """DeepEP's two hops' groups: each EP group's ranks in one domain (``ep_nvl``)
+    and its ranks of one local index, one per domain (``ep_rdma``).
+
+    >>> hop_groups(((0, 1, 2, 3), (4, 5, 6, 7)), 2, 2)
+    {'ep_nvl': ((0, 1), (2, 3), (4, 5), (6, 7)), 'ep_rdma': ((0, 2), (1, 3), (4, 6), (5, 7))}
+    """
+    nvl, rdma = [], []
+    for group in ep_groups:
+        parts: dict[int, list[int]] = {}
+        for rank in group:
+            parts.setdefault(rank // per_domain, []).append(rank)
+        if len(parts) != count or len({len(p) for p in parts.values()}) != 1:
+            raise LayoutError(f"parallelism.moe_token_dispatcher_type: flex across NVLink "
+                              f"domains needs each expert-parallel group's ranks in {count} "
+                              f"whole domains of {per_domain} (group {list(group)[:8]}...); "
+                              "keep parallelism.order's pp last")
+        members = [parts[d] for d in sorted(parts)]
+        nvl += [tuple(m) for m in members]
+        rdma += [tuple(m[j] for m in members) for j in range(len(members[0]))]
+    return {NVL: tuple(sorted(nvl)), RDMA: tuple(sorted(rdma))}
 
 
 def expert_data_parallel(parallel: ParallelSpec) -> int:
@@ -155,6 +207,23 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
     gathers = (step == DISPATCH) == forward
     return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), whole
 
+
+
+def hops(ctx: Context, step: str, forward: bool, load: float
+         ) -> tuple[tuple[str, str, Collective, float, str], ...]:
+    """(stream, group, collective, bytes, name) of each exchange a MoE layer's
+    ``step`` runs at once: one (``exchange`` on the ``ep`` stream), or DeepEP's two
+    hops across NVLink domains (``domains``): the NVLink hop moves what
+    ``exchange`` gives (each token once per rank holding its experts: from the
+    rank, or forwarded by its domain's relay), the RDMA hop each token once per
+    domain holding its experts (``routing.domains_per_token``; the share for the
+    rank's own domain stays in it, as NCCL's all-to-all keeps a rank's own)."""
+    kind, nbytes = exchange(ctx, step, forward, load)
+    if step in (GATHER, SCATTER) or domains(ctx.parallel) == 1:
+        return ((EP_STREAM, group_of(step), kind, nbytes, step),)
+    per_token = all_to_all_bytes(ctx) * load / ctx.model.top_k
+    return ((EP_RDMA_STREAM, RDMA, kind, per_token * ctx.routing.domains_per_token,
+             f"{step}_rdma"), (EP_STREAM, NVL, kind, nbytes, step))
 
 
 def load_factors(ctx: Context) -> tuple[dict, dict]:
