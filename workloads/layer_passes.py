@@ -75,7 +75,7 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
             context.attention(b, item[1], forward, phase, mb, layer)
             continue
         if what == "ep":  # (DeepEP's two hops at once: both after the same ops)
-            after = b._after_compute()
+            after = b.after_compute()
             for stream, group, kind, nbytes, name in expert.hops(
                     ctx, item[1], forward, ctx.routing.exchange[layer][mb]):
                 b.collective(kind, nbytes, stream, group, phase, mb, layer, deps=after,

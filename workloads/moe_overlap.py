@@ -36,6 +36,8 @@ pass's activations are allocated and freed as before).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.base.ir import EXCHANGE_STREAMS, Op
 from workloads.schedules import Schedule, Step
 
@@ -126,6 +128,27 @@ def interleave(forward: list[range], backward: list[range]) -> list[int]:
             if n < len(part):
                 order.extend(part[n])
     return order
+
+
+def combine(b, forward: Step, backward: Step, build: Callable) -> None:
+    """Append a forward and a backward to stage ``b`` as one combined step: each
+    built by ``build(b, step)`` from the state before both, then interleaved
+    (``merge``)."""
+    first, entry = len(b.ops), (list(b.ready), b.last_compute)
+    build(b, forward)
+    mid, forward_state = len(b.ops), (b.ready, b.last_compute)
+    b.ready, b.last_compute = list(entry[0]), entry[1]
+    build(b, backward)
+    merge(b, first, mid, forward_state)
+
+
+def key(pair: tuple[Step, Step], step_key: Callable) -> tuple:
+    """A combined step's key (``Program.steps``): its two steps' keys and how many
+    micro-batches the forward's is after the backward's (steps of one key hold the
+    same ops but for their micro-batches)."""
+    forward, backward = pair
+    return ("combined", step_key(forward), step_key(backward),
+            forward.microbatch - backward.microbatch)
 
 
 def merge(b, first: int, mid: int, forward_state: tuple[list, int | None]) -> None:

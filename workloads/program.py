@@ -19,6 +19,8 @@ data-parallel strategy; then the optimizer step.
 
 from __future__ import annotations
 
+from functools import partial
+
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
 from workloads import kernels as K
 from workloads import moe_overlap, mtp, offload, recompute
@@ -221,10 +223,10 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
     warmup = warmups(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
     for pair in moe_overlap.pairs(steps, warmup) if overlap else [(step,) for step in steps]:
-        if len(pair) == 2:
+        if len(pair) == 2:  # (two micro-batches: built each time, not stamped)
             first = len(b.ops)
-            _combined(b, *pair)
-            b.steps.append((first, len(b.ops), _combined_key(ctx, *pair)))
+            moe_overlap.combine(b, *pair, _step)
+            b.steps.append((first, len(b.ops), moe_overlap.key(pair, partial(_step_key, ctx))))
             continue
         step = pair[0]
         first, key = len(b.ops), _step_key(ctx, step)
@@ -237,26 +239,6 @@ def build_stage(ctx: Context, stage: int) -> Stage:
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
     return b
-
-
-def _combined(b: Stage, forward: Step, backward: Step) -> None:
-    """A forward and a backward as one step of the combined 1F1B schedule: each
-    built from the state before both, then interleaved (``moe_overlap.merge``;
-    not a template step: it holds two micro-batches)."""
-    first, entry = len(b.ops), (list(b.ready), b.last_compute)
-    _step(b, forward)
-    mid, forward_state = len(b.ops), (b.ready, b.last_compute)
-    b.ready, b.last_compute = list(entry[0]), entry[1]
-    _step(b, backward)
-    moe_overlap.merge(b, first, mid, forward_state)
-
-
-def _combined_key(ctx: Context, forward: Step, backward: Step) -> tuple:
-    """A combined step's key (``Program.steps``): its two steps' keys and how many
-    micro-batches the forward's is after the backward's (steps of one key hold the
-    same ops but for their micro-batches)."""
-    return ("combined", _step_key(ctx, forward), _step_key(ctx, backward),
-            forward.microbatch - backward.microbatch)
 
 
 def _stampable(ctx: Context) -> bool:

@@ -142,7 +142,9 @@ class Stage:
             self.ready = []
         return i
 
-    def _after_compute(self) -> tuple[int, ...]:
+    def after_compute(self) -> tuple[int, ...]:
+        """What a communication op issued now waits for: the ops the next compute
+        waits for and the last compute."""
         return tuple(self.ready) + ((self.last_compute,) if self.last_compute is not None else ())
 
     def collective(self, kind: Collective, nbytes: float, stream: str, group: str, phase: Phase,
@@ -150,7 +152,7 @@ class Stage:
                    blocking: bool = True, mem: tuple = (), name: str = "") -> int:
         """Append a collective call (a hot path, as ``compute``)."""
         self.ops.append(_new(Op, (OpKind.COLLECTIVE, name or COLLECTIVE_NAME[kind], stream,
-                                  phase, self._after_compute() if deps is None else deps,
+                                  phase, self.after_compute() if deps is None else deps,
                                   None, 0.0, nbytes, None, kind, group, mb, layer, mem)))
         i = len(self.ops) - 1
         if blocking:
@@ -159,7 +161,7 @@ class Stage:
 
     def p2p(self, kind: OpKind, dim: str, phase: Phase, mb: int, layer: int) -> int:
         self.ops.append(_new(Op, (kind, "send" if kind is OpKind.SEND else "recv", PP_STREAM,
-                                  phase, self._after_compute(), None, 0.0, self.ctx.act_bytes,
+                                  phase, self.after_compute(), None, 0.0, self.ctx.act_bytes,
                                   None, None, dim, mb, layer, ())))
         i = len(self.ops) - 1
         if kind is OpKind.RECV:

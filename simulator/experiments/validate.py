@@ -148,7 +148,7 @@ def _speedup(case: Case) -> float:
 def _busbw(case: Case) -> float:
     from simulator.base.ir import Collective
     from simulator.collectives.nccl import Algorithm
-    from simulator.collectives.nccl_tests import bus_factor, time_alone
+    from simulator.collectives.nccl_tests import bus_factor, parse_ranks, time_alone
     from simulator.collectives.tuner import Collectives
     from simulator.network.fabric import Fabric
     from topologies import CLUSTERS, build_cluster
@@ -156,6 +156,8 @@ def _busbw(case: Case) -> float:
     spec = case.spec
     fabric = Fabric(build_cluster(CLUSTERS[spec["cluster"]], int(spec.get("nodes", 1))))
     gpus = fabric.graph.graph["gpus"]
+    if spec.get("group"):  # some of the GPUs (``clustersim collective --group``'s ranks)
+        gpus = [gpus[r] for r in parse_ranks(str(spec["group"]), len(gpus))]
     algorithm = Algorithm(spec["algorithm"]) if spec.get("algorithm") else None
     kind = Collective(spec.get("op", "all_reduce"))
     size = float(spec["bytes"])
