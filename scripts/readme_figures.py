@@ -5,8 +5,10 @@
 The quick-start Gantt (16 ranks of pure data parallelism), the 3D-parallel
 1F1B Gantt (two ranks of each of the four stages, with its breakdown panel),
 the 3D run's memory over time, and the same run with 1F1B and with GPipe on
-one time axis (what ``clustersim compare`` draws), and the layout search's
-figure for GPT-3 6.7B on 32 A100 (``clustersim search ... --top 6``).
+one time axis (what ``clustersim compare`` draws), the layout search's
+figure for GPT-3 6.7B on 32 A100 (``clustersim search ... --top 6``), and a
+MoE layer's all-to-alls with and without Megatron-Core's combined 1F1B
+overlap (``scripts/scenarios/moe-deepep-overlap.yaml``: DeepEP's two hops).
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ def main() -> None:
     save(compare_figure(pipeline.spans, gpipe.spans, ("1F1B", "GPipe"), ranks=[0, 8, 16, 24]),
          DOCS / "compare-1f1b-gpipe.png")
     search_example()
+    moe = ROOT / "scripts" / "scenarios" / "moe-deepep-overlap.yaml"
+    overlap, plain = run(moe), run(moe, ("parallelism.moe_overlap=none",))
+    save(compare_figure(plain.spans, overlap.spans,
+                        ("plain 1F1B", "combined 1F1B (moe_overlap: 1f1b)"), ranks=[0],
+                        start=0.04, end=0.09), DOCS / "moe-overlap-gantt.png")
     for name in ("quickstart-gantt.png", "pipeline-gantt.png", "pipeline-memory.png",
-                 "compare-1f1b-gpipe.png", "search-example.png"):
+                 "compare-1f1b-gpipe.png", "search-example.png", "moe-overlap-gantt.png"):
         print(DOCS / name)
 
 
