@@ -156,3 +156,27 @@ def test_full_recompute_and_unknown_modes_are_refused():
         run(raw)
     with pytest.raises(ScenarioError, match="moe_overlap"):
         run(scenario(moe_overlap="dualpipe"))
+
+
+def test_delayed_weight_gradients_split_the_expert_gemms():
+    """``delay_wgrad_compute``: each routed-expert GEMM's backward becomes its input
+    gradient where it was and its weight gradient after the layer's dispatch
+    backward, half the FLOPs each (the stage's total unchanged), its gradient
+    recorded at the weight gradient; it needs the combined schedule."""
+    plain = _program(moe_overlap="1f1b", **PIPELINE)
+    split = _program(moe_overlap="1f1b", delay_wgrad_compute=True, **PIPELINE)
+    for a, b in zip(plain.ops, split.ops, strict=True):
+        assert sum(op.flops for op in a) == pytest.approx(sum(op.flops for op in b), rel=1e-12)
+    ops = split.ops[0]
+    backward = [op for op in ops if op.phase.value == "backward" and op.layer == 0
+                and op.microbatch == 0]
+    names = [op.name for op in backward]
+    dispatch = names.index("dispatch")
+    assert names.index("experts_fc1_dgrad") < dispatch < names.index("experts_fc1_wgrad")
+    assert names.index("experts_fc2_wgrad") > dispatch
+    whole = next(op for op in plain.ops[0] if op.name == "experts_fc1" and op.layer == 0
+                 and op.phase.value == "backward" and op.microbatch == 0)
+    half = next(op for op in backward if op.name == "experts_fc1_wgrad")
+    assert half.flops == pytest.approx(whole.flops / 2, rel=1e-12)
+    with pytest.raises(ScenarioError, match="delay_wgrad_compute"):
+        run(scenario(delay_wgrad_compute=True))

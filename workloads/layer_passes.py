@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from simulator.base.ir import TP_STREAM, Collective, Phase
+from simulator.base.ir import DGRAD, GEMMS, TP_STREAM, WGRAD, Collective, Phase
 from workloads import kernels as K
 from workloads import offload
 from workloads.memory import Recompute
@@ -22,7 +22,8 @@ from workloads.training import TrainingSpec
 
 
 def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
-              forward: bool, overlap: bool = False) -> tuple[tuple, ...]:
+              forward: bool, overlap: bool = False, delay_wgrad: bool = False
+              ) -> tuple[tuple, ...]:
     """One layer pass's items in order, worked out once per program (a large run
     has hundreds of thousands of passes): ``("tp", collective or None)`` for
     Megatron's f/g, ``("attention", kernel)``, ``("kernel", kernel, flops, bytes)``
@@ -30,7 +31,10 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
     step)`` for a MoE layer's token exchanges; with ``overlap``
     (``tp_comm_overlap``) an all-gather and the GEMM after it, or a GEMM and the
     reduce-scatter after it, become one ``("overlapped", collective, flops, bytes,
-    collective)`` (``tensor.overlapped``)."""
+    collective)`` (``tensor.overlapped``); with ``delay_wgrad``
+    (``parallelism.delay_wgrad_compute``) a backward's routed-expert GEMMs are
+    split into their input gradients, where they were, and their weight
+    gradients, after the layer's dispatch (``delayed_wgrad``)."""
     plan = []
     for item in sequence if forward else sequence[::-1]:
         if isinstance(item, str):  # a MoE layer's token all-to-all (``expert.sequence``)
@@ -43,7 +47,33 @@ def pass_plan(sequence: list, shard: K.Shard, training: TrainingSpec,
         else:
             plan.append(("expert" if K.is_expert(item) else "kernel", item,
                          *kernel_cost(item, not forward, training)))
+    if delay_wgrad and not forward:
+        plan = delayed_wgrad(plan)
     return tuple(tensor.merge_overlaps(plan)) if overlap and shard.tp > 1 else tuple(plan)
+
+
+def delayed_wgrad(plan: list) -> list:
+    """Megatron-Core's ``--delay-wgrad-compute`` in a MoE layer's backward plan:
+    each routed-expert GEMM's backward (2x its forward FLOPs) becomes its input
+    gradient (half, no weights), where it was, and its weight gradient (the other
+    half, the weights' gradients), moved after the layer's dispatch backward, so
+    that all-to-all starts once the input gradients are there and the weight
+    gradients run beside it (under the combined 1F1B schedule: under the other
+    micro-batch's combine)."""
+    out, held = [], []
+    for item in plan:
+        if item[0] == "expert" and item[1].cls in GEMMS and item[1].params:
+            kernel, flops, nbytes = item[1], item[2] / 2, item[3] / 2
+            out.append(("expert", replace(kernel, name=f"{kernel.name}{DGRAD}", params=0),
+                        flops, nbytes))
+            held.append(("expert", replace(kernel, name=f"{kernel.name}{WGRAD}"), flops,
+                         nbytes))
+            continue
+        out.append(item)
+        if item[0] == "ep" and item[1] == expert.DISPATCH and held:
+            out += held
+            held = []
+    return out + held
 
 
 def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),

@@ -29,9 +29,13 @@ another micro-batch or chunk (without a pipeline: the first forward alone,
 then forward i + 1 with backward i, then the last backward). The extra
 forward's activations are the schedule's memory cost.
 
-Left out: ``--delay-wgrad-compute`` (the experts' weight gradients moved later
-to hide more), DualPipe, and the memory the two passes' buffers share (each
-pass's activations are allocated and freed as before).
+``parallelism.delay_wgrad_compute`` (Megatron-Core's ``--delay-wgrad-compute``)
+splits each routed-expert GEMM's backward into its input gradient and its
+weight gradient, run after the layer's dispatch backward has started
+(``layer_passes.delayed_wgrad``), so that all-to-all leaves earlier.
+
+Left out: DualPipe, and the memory the two passes' buffers share (each pass's
+activations are allocated and freed as before).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def check(model, training, parallel) -> str | None:
     """Why ``parallelism.moe_overlap: 1f1b`` cannot run (None when it can), with
     Megatron-Core's own requirements."""
     if parallel.moe_overlap == "none":
-        return None
+        return check_delay(parallel)
     need = {"model.experts > 0": model.experts > 0, "parallelism.ep > 1": parallel.ep > 1,
             "parallelism.moe_token_dispatcher_type: alltoall or flex":
                 parallel.moe_token_dispatcher_type != "allgather",
@@ -74,6 +78,15 @@ def check(model, training, parallel) -> str | None:
     missing = [what for what, ok in need.items() if not ok]
     if missing:
         return f"parallelism.moe_overlap: '1f1b' needs {'; '.join(missing)}"
+    return None
+
+
+def check_delay(parallel) -> str | None:
+    """Why ``parallelism.delay_wgrad_compute`` cannot run (None when it can)."""
+    if parallel.delay_wgrad_compute and parallel.moe_overlap == "none":
+        return ("parallelism.delay_wgrad_compute: true needs parallelism.moe_overlap: '1f1b' "
+                "(Megatron-Core delays the experts' weight gradients within the combined "
+                "1F1B schedule)")
     return None
 
 

@@ -349,8 +349,8 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
         if kind != (False, False) and kind not in kinds:
             layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
                 model, shard, layer=n, ep=parallel.ep, etp=parallel.etp)), parallel.etp)
-            kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap)
-                           for f in (True, False)}
+            kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap,
+                                        parallel.delay_wgrad_compute) for f in (True, False)}
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,
                           micro_batches, seed, expert.domains(parallel)) if model.experts \
         else None

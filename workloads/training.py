@@ -227,6 +227,9 @@ class ParallelSpec:
     # backward as one step, each one's token exchanges under the other's compute
     # (``workloads.moe_overlap``); "none" runs them one after the other
     moe_overlap: str = setting(choice(["none", "1f1b"]), "none")
+    # Megatron-Core's --delay-wgrad-compute: a MoE layer's expert weight gradients run
+    # after its dispatch backward has started, beside it (with moe_overlap: 1f1b)
+    delay_wgrad_compute: bool = setting(boolean, False)
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
     virtual_stages: int = setting(integer(1), 1)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage

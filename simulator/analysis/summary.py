@@ -155,7 +155,9 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
 QUANTIZE_SUFFIX = "_quantize"  # a low-precision cast's span (workloads.kernels.quantize_kernel)
 GEMM_NAMES = frozenset(("qkv", "q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj", "fc1",
                         "fc2", "shared_fc1", "shared_fc2", "router", "experts_fc1",
-                        "experts_fc2", "logits", "attn_scores", "attn_values"))
+                        "experts_fc2", "experts_fc1_dgrad", "experts_fc2_dgrad",
+                        "experts_fc1_wgrad", "experts_fc2_wgrad", "logits", "attn_scores",
+                        "attn_values"))
 ATTENTION_NAMES = frozenset(("attention",))
 
 

@@ -39,6 +39,9 @@ STREAMS = (COMPUTE_STREAM, *COMMUNICATION_STREAMS)
 # Transformer Engine's userbuffers exchanges (``tp_comm_overlap``): copy-engine
 # transfers, not NCCL kernels, so they take no SMs from compute.
 COPY_ENGINE_EXCHANGE = "userbuffers_exchange"
+# A backward GEMM split into its input and its weight gradient (delayed weight
+# gradients): the two ops' names end so; each is one kernel launch, not two.
+DGRAD, WGRAD = "_dgrad", "_wgrad"
 # Background traffic's pacing ops (workloads.background): a fixed wait on the compute
 # stream between messages, not a kernel; the Gantt leaves them out.
 PACING = "background pacing"

@@ -11,7 +11,9 @@ micro-batch through one chunk) the host and the GPU race from a common start:
 kernel i is issued at ``r_i = r_{i-1} + launches_i * L`` and ends at
 ``g_i = max(g_{i-1}, r_i) + d_i``; its effective duration is ``g_i - g_{i-1}``.
 A forward kernel is one launch, a backward one two (input and weight
-gradients, or FlashAttention's backward kernels). The race ignores the lead
+gradients, or FlashAttention's backward kernels), or one for each half of a
+GEMM whose weight gradient is delayed (``ir.DGRAD``, ``ir.WGRAD``). The race
+ignores the lead
 the host gains while the GPU waits for communication, and starts each step
 without lead, so it charges at most a few launches per step too many; steps
 of one kind get the same durations, so they share one of the engine's replay
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.base.ir import HOST_KERNELS, Op, OpKind, Phase
+from simulator.base.ir import DGRAD, HOST_KERNELS, WGRAD, Op, OpKind, Phase
 
 
 def race(durations: np.ndarray, launches: np.ndarray, per_launch: float) -> np.ndarray:
@@ -58,7 +60,9 @@ def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
             continue
         stretched = done.get(key)
         if stretched is None or len(stretched) != len(compute):
-            launches = np.array([2 if ops[i].phase is Phase.BACKWARD else 1 for i in compute])
+            launches = np.array([2 if ops[i].phase is Phase.BACKWARD and
+                                 not ops[i].name.endswith((DGRAD, WGRAD)) else 1
+                                 for i in compute])
             stretched = done[key] = race(durations[compute], launches, per_launch)
         out[compute] = stretched
     return out
