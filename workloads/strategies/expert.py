@@ -117,10 +117,12 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
 def domains(parallel: ParallelSpec) -> int:
     """NVLink domains an expert-parallel group spans where DeepEP takes two hops
     (``flex``; 1: one hop, over NVLink or as one all-to-all): its ep x etp
-    consecutive ranks over whole domains of ``ranks_per_domain``."""
+    consecutive ranks over whole domains of ``ranks_per_domain`` (a stage's ranks
+    consecutive and in whole domains: ``order`` ends with pp; otherwise one hop)."""
     span, per = parallel.ep * parallel.etp, parallel.ranks_per_domain
+    stage = parallel.tp * parallel.cp * parallel.dp
     if parallel.moe_token_dispatcher_type != "flex" or span <= per or span % per or \
-            per % parallel.etp:
+            per % parallel.etp or stage % per or not parallel.order.endswith("pp"):
         return 1
     return span // per
 
@@ -138,10 +140,8 @@ def hop_groups(ep_groups: tuple, per_domain: int, count: int) -> dict[str, tuple
         for rank in group:
             parts.setdefault(rank // per_domain, []).append(rank)
         if len(parts) != count or len({len(p) for p in parts.values()}) != 1:
-            raise LayoutError(f"parallelism.moe_token_dispatcher_type: flex across NVLink "
-                              f"domains needs each expert-parallel group's ranks in {count} "
-                              f"whole domains of {per_domain} (group {list(group)[:8]}...); "
-                              "keep parallelism.order's pp last")
+            raise AssertionError(f"expert-parallel group {list(group)[:8]}... is not in "
+                                 f"{count} whole domains of {per_domain} (domains())")
         members = [parts[d] for d in sorted(parts)]
         nvl += [tuple(m) for m in members]
         rdma += [tuple(m[j] for m in members) for j in range(len(members[0]))]
