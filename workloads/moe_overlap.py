@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.base.ir import EXCHANGE_STREAMS, Op
+from workloads.memory import Recompute
 from workloads.schedules import Schedule, Step
 
 MODES = ("none", "1f1b")
@@ -72,7 +73,7 @@ def check(model, training, parallel) -> str | None:
             "parallelism.schedule: interleaved when pp > 1 (Megatron-Core requires virtual "
             "pipeline stages)": parallel.pp == 1 or parallel.schedule is Schedule.INTERLEAVED,
             "parallelism.schedule: 1f1b or interleaved": parallel.schedule is not Schedule.GPIPE,
-            "training.recompute other than full": training.recompute.value != "full",
+            "training.recompute other than full": training.recompute is not Recompute.FULL,
             "no ZeRO-3, FSDP or DeepSpeed ZeRO-3 (not modelled with it)":
                 parallel.zero_stage < 3 and parallel.fsdp is None}
     missing = [what for what, ok in need.items() if not ok]

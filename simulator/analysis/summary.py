@@ -29,10 +29,9 @@ from simulator.analysis.timeline import (
     grouped_union_length,
     intersect,
     length,
-    merge,
     rank_intervals,
 )
-from simulator.base.ir import HOST_MEMORY, Program
+from simulator.base.ir import DGRAD, HOST_MEMORY, RDMA_HOP, WGRAD, Program
 
 GIB = 2.0**30
 
@@ -153,11 +152,11 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
 
 
 QUANTIZE_SUFFIX = "_quantize"  # a low-precision cast's span (workloads.kernels.quantize_kernel)
+EXPERT_GEMMS = ("experts_fc1", "experts_fc2")  # (their backward may run in halves)
 GEMM_NAMES = frozenset(("qkv", "q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj", "fc1",
-                        "fc2", "shared_fc1", "shared_fc2", "router", "experts_fc1",
-                        "experts_fc2", "experts_fc1_dgrad", "experts_fc2_dgrad",
-                        "experts_fc1_wgrad", "experts_fc2_wgrad", "logits", "attn_scores",
-                        "attn_values"))
+                        "fc2", "shared_fc1", "shared_fc2", "router", "logits", "attn_scores",
+                        "attn_values", *EXPERT_GEMMS,
+                        *(name + half for name in EXPERT_GEMMS for half in (DGRAD, WGRAD))))
 ATTENTION_NAMES = frozenset(("attention",))
 
 
@@ -221,8 +220,8 @@ def _by_stage(stages: Sequence[int], values: Sequence[float]) -> list[float]:
     return [out[s] / GIB for s in sorted(out)]
 
 
-EXCHANGES = ("dispatch", "combine", "etp_gather", "etp_scatter",  # a MoE layer's token moves
-             "dispatch_rdma", "combine_rdma")  # (DeepEP's hop between NVLink domains)
+MOVES = ("dispatch", "combine")  # a MoE layer's token moves, DeepEP's RDMA hop's too
+EXCHANGES = (*MOVES, "etp_gather", "etp_scatter", *(move + RDMA_HOP for move in MOVES))
 MOE_KEYS = ("moe_routing", "moe_rank_imbalance", "moe_expert_imbalance", "moe_dropped_fraction",
             "moe_a2a_s", "moe_a2a_hidden_s", "moe_imbalance_s")
 
@@ -249,9 +248,9 @@ def exchanges_hidden(spans: pd.DataFrame, rank: int) -> tuple[float, float]:
     kind = rows["kind"].to_numpy()
     moves = rows["name"].astype(str).isin(EXCHANGES).to_numpy() & (kind == "comm")
     start, end = rows["start"].to_numpy(dtype=float), rows["end"].to_numpy(dtype=float)
-    exchanges = merge(start[moves], end[moves])
-    compute = merge(start[kind == "compute"], end[kind == "compute"])
-    return length(exchanges), length(intersect(exchanges, compute))
+    exchanges = start[moves], end[moves]
+    return length(exchanges), length(intersect(exchanges, rank_intervals(kind, start, end,
+                                                                         "compute")))
 
 
 def imbalance_cost(spans: pd.DataFrame, rank: int, scale: Mapping[int, np.ndarray],

@@ -25,8 +25,9 @@ from typing import NamedTuple
 COMPUTE_STREAM = "compute"
 TP_STREAM, CP_STREAM, DP_STREAM, PP_STREAM = "tp", "cp", "dp", "pp"
 EP_STREAM = "ep"  # expert parallelism's token all-to-alls
-# DeepEP's hop between NVLink domains (RDMA), beside its NVLink hop on ``ep``
-EP_RDMA_STREAM = "ep_rdma"
+# DeepEP's hop between NVLink domains (RDMA), beside its NVLink hop on ``ep``; its
+# calls are named after the exchange with this suffix (``dispatch_rdma``)
+EP_RDMA_STREAM, RDMA_HOP = "ep_rdma", "_rdma"
 BG_STREAM = "bg"  # background traffic of another tenant (workloads.background)
 # copies to host memory (activation and optimizer offloading) and the host's own
 # optimizer work, and copies back: a GPU's copy engines move data each way at once

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.base.ir import EP_RDMA_STREAM, EP_STREAM, Collective
+from simulator.base.ir import EP_RDMA_STREAM, EP_STREAM, RDMA_HOP, Collective
 from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
@@ -109,8 +109,9 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
            "edp": tuple(sorted(tuple(sorted(g)) for g in edp_groups.values()))}
     if etp > 1:
         out["etp"] = tuple(sorted(tuple(sorted(g)) for g in etp_groups.values()))
-    if domains(parallel) > 1:
-        out.update(hop_groups(out["ep"], parallel.ranks_per_domain, domains(parallel)))
+    count = domains(parallel)
+    if count > 1:
+        out.update(hop_groups(out["ep"], parallel.ranks_per_domain, count))
     return out
 
 
@@ -223,7 +224,7 @@ def hops(ctx: Context, step: str, forward: bool, load: float
         return ((EP_STREAM, group_of(step), kind, nbytes, step),)
     per_token = all_to_all_bytes(ctx) * load / ctx.model.top_k
     return ((EP_RDMA_STREAM, RDMA, kind, per_token * ctx.routing.domains_per_token,
-             f"{step}_rdma"), (EP_STREAM, NVL, kind, nbytes, step))
+             f"{step}{RDMA_HOP}"), (EP_STREAM, NVL, kind, nbytes, step))
 
 
 def load_factors(ctx: Context) -> tuple[dict, dict]:
