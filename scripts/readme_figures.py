@@ -8,7 +8,9 @@ the 3D run's memory over time, and the same run with 1F1B and with GPipe on
 one time axis (what ``clustersim compare`` draws), the layout search's
 figure for GPT-3 6.7B on 32 A100 (``clustersim search ... --top 6``), and a
 MoE layer's all-to-alls with and without Megatron-Core's combined 1F1B
-overlap (``scripts/scenarios/moe-deepep-overlap.yaml``: DeepEP's two hops).
+overlap (``scripts/scenarios/moe-deepep-overlap.yaml``: DeepEP's two hops),
+and the same kind of model under plain 1F1B and DeepSeek's DualPipe
+(``scripts/scenarios/moe-dualpipe.yaml``: one rank of each stage).
 """
 
 from __future__ import annotations
@@ -43,8 +45,13 @@ def main() -> None:
     save(compare_figure(plain.spans, overlap.spans,
                         ("plain 1F1B", "combined 1F1B (moe_overlap: 1f1b)"), ranks=[0],
                         start=0.04, end=0.09), DOCS / "moe-overlap-gantt.png")
+    dual = ROOT / "scripts" / "scenarios" / "moe-dualpipe.yaml"
+    save(compare_figure(run(dual, ("parallelism.moe_overlap=none",)).spans, run(dual).spans,
+                        ("plain 1F1B", "DualPipe (moe_overlap: dualpipe)"),
+                        ranks=[0, 8, 16, 24]), DOCS / "moe-dualpipe-gantt.png")
     for name in ("quickstart-gantt.png", "pipeline-gantt.png", "pipeline-memory.png",
-                 "compare-1f1b-gpipe.png", "search-example.png", "moe-overlap-gantt.png"):
+                 "compare-1f1b-gpipe.png", "search-example.png", "moe-overlap-gantt.png",
+                 "moe-dualpipe-gantt.png"):
         print(DOCS / name)
 
 

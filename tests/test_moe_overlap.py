@@ -155,7 +155,7 @@ def test_full_recompute_and_unknown_modes_are_refused():
     with pytest.raises(ScenarioError, match="recompute other than full"):
         run(raw)
     with pytest.raises(ScenarioError, match="moe_overlap"):
-        run(scenario(moe_overlap="dualpipe"))
+        run(scenario(moe_overlap="dualpipev"))
 
 
 def test_delayed_weight_gradients_split_the_expert_gemms():

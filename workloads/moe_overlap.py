@@ -34,8 +34,12 @@ splits each routed-expert GEMM's backward into its input gradient and its
 weight gradient, run after the layer's dispatch backward has started
 (``layer_passes.delayed_wgrad``), so that all-to-all leaves earlier.
 
-Left out: DualPipe, and the memory the two passes' buffers share (each pass's
-activations are allocated and freed as before).
+``parallelism.moe_overlap: dualpipe`` runs DeepSeek's bidirectional DualPipe
+schedule instead (``workloads.dualpipe``), its forward and backward pairs
+combined the same way.
+
+Left out: the memory the two passes' buffers share (each pass's activations
+are allocated and freed as before).
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.base.ir import EXCHANGE_STREAMS, Op
+from workloads import dualpipe
 from workloads.memory import Recompute
 from workloads.schedules import Schedule, Step
 
-MODES = ("none", "1f1b")
+MODES = ("none", "1f1b", "dualpipe")  # (dualpipe: ``workloads.dualpipe``)
 # warm-up forwards the combined schedule adds to each stage's (Megatron-Core's
 # interleaved schedule adds one with the overlap on; without a pipeline it runs the
 # first forward alone): one more micro-batch's activations in flight
@@ -63,10 +68,12 @@ def extra_warmup(parallel, micro_batches: int) -> int:
 
 
 def check(model, training, parallel) -> str | None:
-    """Why ``parallelism.moe_overlap: 1f1b`` cannot run (None when it can), with
-    Megatron-Core's own requirements."""
+    """Why ``parallelism.moe_overlap`` cannot run as set (None when it can), with
+    Megatron-Core's own requirements for ``1f1b`` (DualPipe's: ``dualpipe.check``)."""
     if parallel.moe_overlap == "none":
         return check_delay(parallel)
+    if parallel.moe_overlap == "dualpipe":
+        return dualpipe.check(model, training, parallel)
     need = {"model.experts > 0": model.experts > 0, "parallelism.ep > 1": parallel.ep > 1,
             "parallelism.moe_token_dispatcher_type: alltoall or flex":
                 parallel.moe_token_dispatcher_type != "allgather",
@@ -86,8 +93,8 @@ def check_delay(parallel) -> str | None:
     """Why ``parallelism.delay_wgrad_compute`` cannot run (None when it can)."""
     if parallel.delay_wgrad_compute and parallel.moe_overlap == "none":
         return ("parallelism.delay_wgrad_compute: true needs parallelism.moe_overlap: '1f1b' "
-                "(Megatron-Core delays the experts' weight gradients within the combined "
-                "1F1B schedule)")
+                "or 'dualpipe' (Megatron-Core delays the experts' weight gradients within "
+                "the combined 1F1B schedule)")
     return None
 
 

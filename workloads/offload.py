@@ -59,8 +59,8 @@ def offloaded(ctx: Context, stage: int) -> frozenset[int]:
     n = ctx.training.activation_offload_layers
     if n == 0:
         return frozenset()
-    mine = [layer for k, layers in enumerate(ctx.chunks) if k % ctx.parallel.pp == stage
-            for layer in layers]  # (chunk k is stage k mod pp's, as program._step has it)
+    mine = [layer for k, layers in enumerate(ctx.chunks) if ctx.owner(k) == stage
+            for layer in layers]
     return frozenset(sorted(mine)[:n])
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from functools import partial
 
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
+from workloads import dualpipe, moe_overlap, mtp, offload, recompute
 from workloads import kernels as K
-from workloads import moe_overlap, mtp, offload, recompute
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, pass_plan
 from workloads.layout import Layout, parse_order
@@ -127,34 +127,33 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
 def _step(b: Stage, step: Step) -> None:
     """One forward or backward of one micro-batch through one chunk of this stage."""
     ctx = b.ctx
-    p = ctx.parallel.pp
-    k = step.chunk * p + b.stage
+    k = ctx.virtual(b.stage, step.chunk)
     layers, mb = ctx.chunks[k], step.microbatch
-    last = not step.forward and mb == ctx.micro_batches - 1
+    last = not step.forward and mb == ctx.microbatches(step.chunk)[-1]
     record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
     head, embedding = sharded.units(ctx, k)  # ZeRO-3: the embedding and the head are units
     gathers = sharded.gathers(ctx, step.forward, mb)  # their gathers, as the layers'
     fetcher = _fetcher(b, step.forward, mb)
     if step.forward:
-        if k > 0:
+        if not ctx.starts(k):
             pipeline.receive(b, k, True, mb, layers.start)
         else:
             _embedding(b, mb, True, False, sharded.gather_unit(
                 b, embedding if gathers else None, Phase.FORWARD, mb), fetcher, bool(embedding))
         ready = chunk_layers(b, layers, mb, True, False, head if gathers else None, fetcher)
-        if k == ctx.last_virtual:
+        if ctx.ends(k):
             _head(b, mb, True, False, ready, fetcher, bool(head))
         else:
             pipeline.send(b, k, True, mb, layers.stop - 1)
         return
-    if k < ctx.last_virtual:
+    if not ctx.ends(k):
         pipeline.receive(b, k, False, mb, layers.stop - 1)
     else:
         _head(b, mb, False, record, sharded.gather_unit(
             b, head if gathers else None, Phase.BACKWARD, mb), fetcher, bool(head))
     ready = chunk_layers(b, layers, mb, False, record, embedding if gathers else None,
                           fetcher)
-    if k == 0:
+    if ctx.starts(k):
         _embedding(b, mb, False, record, ready, fetcher, bool(embedding))
     else:
         pipeline.send(b, k, False, mb, layers.start)
@@ -175,16 +174,18 @@ def _fetcher(b: Stage, forward: bool, mb: int) -> sharded.TensorFetcher | None:
 
 
 def _finish_stage(b: Stage) -> None:
-    """Tied-embedding sync, optimizer step and ZeRO 1/2 parameter all-gather."""
+    """Tied-embedding sync (DualPipe: the mirror reduction), optimizer step and
+    ZeRO 1/2 parameter all-gather."""
     ctx = b.ctx
     pipeline.tied_embedding_sync(b)
     zero = ctx.parallel.zero_stage
     dense, experts = stage_param_split(ctx, b.stage)
     edp = expert.expert_data_parallel(ctx.parallel)
-    on_gpu, on_host = offload.optimizer_split(ctx.training, dense / (
-        ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1))
+    owned = dense / (ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)
+    on_gpu, on_host = offload.optimizer_split(ctx.training, owned)
     optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
                          ADAM_BYTES_PER_PARAM * on_gpu)
+    dualpipe.mirror_reduce(b, owned)
     b.ready = list(b.reduces)
     amax_reduction(b)
     back = offload.host_step(b, on_host, ADAM_BYTES_PER_PARAM)
@@ -213,16 +214,11 @@ STAMP = True  # steps of one kind copied from the first (tests turn it off to co
 
 def build_stage(ctx: Context, stage: int) -> Stage:
     b = Stage(ctx, stage, offloaded=offload.offloaded(ctx, stage))
-    p, v = ctx.parallel.pp, ctx.parallel.virtual_stages
     if data.gathers_ahead(ctx):
         data.gather_parameters_ahead(b)
     made: dict[tuple, Pattern | None] = {}  # step key -> its first instance, as a pattern
     stampable = STAMP and _stampable(ctx)
-    overlap = ctx.parallel.moe_overlap != "none"
-    extra = moe_overlap.extra_warmup(ctx.parallel, ctx.micro_batches) if overlap else 0
-    steps = steps_for(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
-    warmup = warmups(ctx.parallel.schedule, p, ctx.micro_batches, v, stage, extra)
-    for pair in moe_overlap.pairs(steps, warmup) if overlap else [(step,) for step in steps]:
+    for pair in _schedule(ctx, stage):
         if len(pair) == 2:  # (two micro-batches: built each time, not stamped)
             first = len(b.ops)
             moe_overlap.combine(b, *pair, _step)
@@ -239,6 +235,22 @@ def build_stage(ctx: Context, stage: int) -> Stage:
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
     return b
+
+
+def _schedule(ctx: Context, stage: int) -> list[tuple[Step, ...]]:
+    """Stage ``stage``'s steps, one at a time or two as one combined step: the
+    schedule's, paired by the expert-parallel overlap (``moe_overlap``), or
+    DualPipe's (``dualpipe.schedule``)."""
+    parallel, m = ctx.parallel, ctx.micro_batches
+    if ctx.dualpipe:
+        return dualpipe.schedule(parallel.pp, m, stage)
+    overlap = parallel.moe_overlap != "none"
+    extra = moe_overlap.extra_warmup(parallel, m) if overlap else 0
+    p, v = parallel.pp, parallel.virtual_stages
+    steps = steps_for(parallel.schedule, p, m, v, stage, extra)
+    if not overlap:
+        return [(step,) for step in steps]
+    return moe_overlap.pairs(steps, warmups(parallel.schedule, p, m, v, stage, extra))
 
 
 def _stampable(ctx: Context) -> bool:
@@ -309,8 +321,9 @@ def _step_key(ctx: Context, step: Step) -> tuple:
     """What a step's ops depend on besides its micro-batch (``Program.steps``):
     direction, chunk, and whether it is the micro-batch that records gradients
     (or, forward, the first, which waits for overlapped parameter all-gathers)."""
-    edge = step.microbatch == ctx.micro_batches - 1 if not step.forward else \
-        step.microbatch == 0 and data.gathers_ahead(ctx)
+    mine = ctx.microbatches(step.chunk)
+    edge = step.microbatch == mine[-1] if not step.forward else \
+        step.microbatch == mine[0] and data.gathers_ahead(ctx)
     if ctx.routing is not None and ctx.routing.varies:  # each micro-batch's loads differ
         return (step.forward, step.chunk, edge, step.microbatch)
     return (step.forward, step.chunk, edge)
@@ -359,8 +372,9 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     again = {kind: recompute.positions(plans[True], training.rerun, kind[0]) for kind, plans in
              (((False, False), passes), *kinds.items())} if training.rerun else {}
     return Context(model, training, parallel, shard, vocab,
-                   pipeline.virtual_stage_layers(model.layers, parallel.pp,
-                                                 parallel.virtual_stages, parallel.stage_layers),
+                   dualpipe.chunks(parallel, pipeline.virtual_stage_layers(
+                       model.layers, parallel.pp, parallel.virtual_stages,
+                       parallel.stage_layers)),
                    micro_batches, "dp", sharded.shard_size(parallel), passes,
                    parallel.gradient_plan(training), kinds, routing, again)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from simulator.base.ir import COMPUTE_STREAM, PP_STREAM, Collective, Op, OpKind, Phase
+from workloads import dualpipe
 from workloads import kernels as K
 from workloads.frameworks import GradientPlan
 from workloads.models import ModelSpec
@@ -78,6 +79,44 @@ class Context:
     @property
     def last_virtual(self) -> int:
         return len(self.chunks) - 1
+
+    @cached_property
+    def dualpipe(self) -> bool:
+        """Whether DualPipe's two directions run (``workloads.dualpipe``)."""
+        return self.parallel.moe_overlap == "dualpipe"
+
+    @property
+    def chunks_per_stage(self) -> int:
+        """Model chunks one stage holds: its virtual stages, or DualPipe's two."""
+        return len(self.chunks) // self.parallel.pp
+
+    def virtual(self, stage: int, chunk: int) -> int:
+        """Virtual stage of ``stage``'s ``chunk``: ``chunk * pp + stage`` (DualPipe's V:
+        ``dualpipe.virtual``)."""
+        p = self.parallel.pp
+        return dualpipe.virtual(p, stage, chunk) if self.dualpipe else chunk * p + stage
+
+    def owner(self, k: int) -> int:
+        """The stage holding virtual stage ``k``."""
+        p = self.parallel.pp
+        return dualpipe.owner(p, k) if self.dualpipe else k % p
+
+    def starts(self, k: int) -> bool:
+        """Whether virtual stage ``k`` begins its pipeline (holds the embedding)."""
+        return k % self.parallel.pp == 0 if self.dualpipe else k == 0
+
+    def ends(self, k: int) -> bool:
+        """Whether virtual stage ``k`` ends its pipeline (holds the head)."""
+        p = self.parallel.pp
+        return k % p == p - 1 if self.dualpipe else k == self.last_virtual
+
+    def microbatches(self, chunk: int) -> range:
+        """The micro-batches ``chunk`` runs: all of them, or under DualPipe its
+        direction's half."""
+        if not self.dualpipe:
+            return range(self.micro_batches)
+        half = self.micro_batches // 2
+        return range(chunk * half, (chunk + 1) * half)
 
     @cached_property
     def owns_logits(self) -> bool:

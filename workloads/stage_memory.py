@@ -143,15 +143,26 @@ def stage_params(ctx: Context, stage: int) -> int:
 
 def stage_param_split(ctx: Context, stage: int) -> tuple[int, int]:
     """(dense, expert) parameters one rank of ``stage`` holds."""
-    p = ctx.parallel.pp
-    owned = [k for k in range(len(ctx.chunks)) if k % p == stage]
+    owned = [k for k in range(len(ctx.chunks)) if ctx.owner(k) == stage]
     split = [ctx.params_of(layer) for k in owned for layer in ctx.chunks[k]]
     total, experts = sum(d for d, _ in split), sum(e for _, e in split)
-    if 0 in owned:
+    for k in owned:
+        dense, expert_params = _ends_params(ctx, k)
+        total, experts = total + dense, experts + expert_params
+    return total, experts
+
+
+def _ends_params(ctx: Context, k: int) -> tuple[int, int]:
+    """(dense, expert) parameters virtual stage ``k`` holds besides its layers: the
+    embedding where it begins a pipeline, the head (and the MTP modules) where it
+    ends one."""
+    total, experts = 0, 0
+    if ctx.starts(k):
         total += K.embedding_kernels(ctx.model, ctx.shard, vocab=ctx.vocab)[0].params
-    if ctx.last_virtual in owned:
-        total += sum(k.params for k in K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
-                                                       owns_logits=ctx.owns_logits))
+    if ctx.ends(k):
+        head = K.head_kernels(ctx.model, ctx.shard, vocab=ctx.vocab,
+                              owns_logits=ctx.owns_logits)
+        total += sum(kernel.params for kernel in head)
         if ctx.model.mtp_layers:  # its own kernels, its layer, its final norm
             dense, expert_params = ctx.params_of(ctx.model.layers - 1)
             own = sum(k.params for k in K.mtp_kernels(ctx.model, ctx.shard)) + ctx.model.hidden
@@ -202,8 +213,8 @@ def lowp_weight_bytes(ctx: Context, stage: int, states: dict[str, float]) -> dic
 
 def stage_lowp(ctx: Context, stage: int) -> tuple[int, int]:
     """(weights, GEMMs) of the low-precision GEMMs one rank of ``stage`` holds."""
-    p, per_kind, params, gemms = ctx.parallel.pp, {}, 0, 0
-    for k in [k for k in range(len(ctx.chunks)) if k % p == stage]:
+    per_kind, params, gemms = {}, 0, 0
+    for k in [k for k in range(len(ctx.chunks)) if ctx.owner(k) == stage]:
         for layer in ctx.chunks[k]:
             kind = ctx.model.is_moe_layer(layer)
             if kind not in per_kind:

@@ -225,8 +225,10 @@ class ParallelSpec:
     # expert-parallel all-to-all overlap (Megatron-Core's
     # --overlap-moe-expert-parallel-comm): "1f1b" runs the steady state's forward and
     # backward as one step, each one's token exchanges under the other's compute
-    # (``workloads.moe_overlap``); "none" runs them one after the other
-    moe_overlap: str = setting(choice(["none", "1f1b"]), "none")
+    # (``workloads.moe_overlap``); "dualpipe" runs DeepSeek-V3's bidirectional DualPipe
+    # schedule, its forward and backward pairs combined the same way
+    # (``workloads.dualpipe``); "none" runs them one after the other
+    moe_overlap: str = setting(choice(["none", "1f1b", "dualpipe"]), "none")
     # Megatron-Core's --delay-wgrad-compute: a MoE layer's expert weight gradients run
     # after its dispatch backward has started, beside it (with moe_overlap: 1f1b)
     delay_wgrad_compute: bool = setting(boolean, False)

@@ -56,6 +56,7 @@ from simulator.compute.jitter import mean_factor
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.network.fabric import Fabric
+from workloads import dualpipe
 from workloads import program as builder
 from workloads.layout import Layout as RankLayout
 from workloads.layout import parse_order
@@ -94,10 +95,15 @@ def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndar
     beside it; each chunk and direction counts its typical (median) step, so a
     chunk that holds more (the last stage's head, the first's embedding) counts
     in full; steps that reduce the gradients are left out of the steady state,
-    their excess counted once."""
+    their excess counted once. A combined forward and backward
+    (``moe_overlap``, DualPipe) is left out: the same kinds of step run alone
+    in the warm-up and the cool-down, and give their times (the estimate does not
+    credit the overlap)."""
     typical: dict[tuple, list[float]] = {}
     exposed = 0.0
     for first, end, key in steps:
+        if key[0] == "combined":
+            continue
         chain = float(seconds[first:end][on_path[first:end]].sum())
         stream = float(seconds[first:end][data[first:end]].sum())
         chain += (slowdown - 1) * min(chain, stream)
@@ -109,6 +115,25 @@ def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndar
             typical.setdefault((forward, chunk), []).append(max(chain, stream))
     step = sum(float(np.median(v)) for v in typical.values())
     return step, exposed
+
+
+def _pipeline(ctx, first: float, last: float, m: int, message: float
+              ) -> tuple[float, float]:
+    """(steady-state seconds, fill and drain seconds) of ``m`` micro-batches on
+    ``p`` stages whose first and last take ``first`` and ``last`` seconds per
+    micro-batch's forward and backward through all their chunks, ``message``
+    seconds per pipeline transfer. DualPipe runs each micro-batch through one of
+    a rank's two chunks, a combined step sending a forward's and a backward's
+    transfer, and fills and drains as ``dualpipe.bubble`` says."""
+    parallel = ctx.parallel
+    p, v = parallel.pp, ctx.chunks_per_stage
+    if ctx.dualpipe:
+        chunk = max(first, last) / v
+        return m * (chunk + message), dualpipe.bubble(p, chunk) + 2 * (p - 1) * message
+    first, last = first / v, last / v  # a chunk's F + B
+    step = max(first, last) + _cycle_messages(parallel.schedule, p) * message
+    # fill and drain pass every stage once (the middle ones like the first)
+    return m * v * step, (p - 1) * first + last - step + 2 * (p - 1) * message
 
 
 def _cycle_messages(schedule: Schedule, p: int) -> float:
@@ -163,16 +188,12 @@ class Estimator:
         per_stage = {s: self._stage(ctx, s, layout, groups, small) for s in stages}
         peak_stage = max(stages, key=lambda s: per_stage[s][0])
         m = parallel.micro_batches(scenario.training)
-        v = parallel.virtual_stages
-        p, message = parallel.pp, per_stage[0][2]
-        first, last = per_stage[0][1] / v, per_stage[stages[-1]][1] / v  # a chunk's F + B
-        step = max(first, last) + _cycle_messages(parallel.schedule, p) * message
+        message = per_stage[0][2]
         comm = max(per_stage[s][3] for s in stages) * m / ctx.micro_batches
-        # fill and drain pass every stage once (the middle ones like the first)
-        bubble = (p - 1) * first + last - step + 2 * (p - 1) * message
+        steady, bubble = _pipeline(ctx, per_stage[0][1], per_stage[stages[-1]][1], m, message)
         tail = max(per_stage[s][4] for s in stages)
-        return Estimate(per_stage[peak_stage][0], peak_stage, m * v * step + bubble + tail,
-                        m * v * step, bubble, comm, per_stage[peak_stage][5])
+        return Estimate(per_stage[peak_stage][0], peak_stage, steady + bubble + tail,
+                        steady, bubble, comm, per_stage[peak_stage][5])
 
     def _stage(self, ctx, stage: int, layout, groups, scenario: Scenario):
         """(peak bytes, forward + backward seconds per chunk, a message's seconds,

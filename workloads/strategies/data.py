@@ -91,14 +91,14 @@ def chunk_tensors(ctx: Context, k: int) -> list[tuple[int, int]]:
     the head, as in the program's ops. Experts' tensors are not among them
     (``expert_tensors``)."""
     m, tensors = ctx.model, []
-    if k == ctx.last_virtual:
+    if ctx.ends(k):
         head = K.head_kernels(m, ctx.shard, vocab=ctx.vocab, owns_logits=ctx.owns_logits)
         tensors += [(m.layers, kernel.params) for kernel in head[::-1] if kernel.params]
     for layer in reversed(ctx.chunks[k]):
         tensors += [(layer, kernel.params) for _, kernel in
                     plan_kernels(ctx.pass_plan(layer, False))
                     if kernel.params and not K.is_expert(kernel)]
-    if k == 0:
+    if ctx.starts(k):
         tensors.append((-1, K.embedding_kernels(m, ctx.shard, vocab=ctx.vocab)[0].params))
     return tensors
 
@@ -116,9 +116,9 @@ def gather_parameters_ahead(b: Stage) -> None:
     needs them (the gradient buckets reversed, chunk after chunk); each layer's
     first forward waits for the last-issued bucket holding its parameters
     (``Stage.param_ready``)."""
-    ctx, p = b.ctx, b.ctx.parallel.pp
-    for chunk in range(ctx.parallel.virtual_stages):
-        k = chunk * p + b.stage
+    ctx = b.ctx
+    for chunk in range(ctx.chunks_per_stage):
+        k = ctx.virtual(b.stage, chunk)
         ready = _gather_ahead(b, chunk, chunk_tensors(ctx, k), ctx.dp_group, "")
         if expert_data_parallel(ctx.parallel) > 1:  # a MoE layer's first forward waits for
             # both its dense and its experts' gathers

@@ -82,10 +82,14 @@ def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...
     pipelines = layout.groups("pp")
     p = ctx.parallel.pp
     for k in range(ctx.last_virtual):
-        a, b = k % p, (k + 1) % p
+        if ctx.ends(k):  # (DualPipe: no boundary between its two directions)
+            continue
+        a, b = ctx.owner(k), ctx.owner(k + 1)
         out[f"pp.f{k}"] = tuple((g[a], g[b]) for g in pipelines)
         out[f"pp.b{k}"] = tuple((g[b], g[a]) for g in pipelines)
-    if p > 1:
+    if ctx.dualpipe:
+        out["mirror"] = tuple((g[r], g[p - 1 - r]) for g in pipelines for r in range(p // 2))
+    elif p > 1:
         out["embd"] = tuple((g[0], g[-1]) for g in pipelines)
     return out
 
@@ -109,7 +113,8 @@ def send(b: Stage, k: int, forward: bool, mb: int, layer: int) -> None:
 def tied_embedding_sync(b: Stage) -> None:
     """First and last stages all-reduce the tied embedding's gradients."""
     ctx, p = b.ctx, b.ctx.parallel.pp
-    if ctx.model.tied_embeddings and p > 1 and b.stage in (0, p - 1):
+    if ctx.model.tied_embeddings and p > 1 and b.stage in (0, p - 1) and not ctx.dualpipe:
+        # (DualPipe's mirror reduction sums every copy: ``dualpipe.mirror_reduce``)
         size = ctx.plan.reduce_bytes * ctx.vocab * ctx.model.hidden // ctx.shard.tp
         b.reduces.append(b.collective(Collective.ALL_REDUCE, size, PP_STREAM, "embd",
                                       Phase.BACKWARD, -1, -1, deps=(b.last_compute,),

@@ -202,8 +202,8 @@ def units(ctx: Context, k: int) -> tuple[tuple[int, int] | None, tuple[int, int]
     (none under FSDP1's root unit, ``root_params``)."""
     if not flat_units(ctx) or root_params(ctx):
         return None, None
-    return ((ctx.model.layers, head_params(ctx, False)) if k == ctx.last_virtual else None,
-            (-1, embedding_params(ctx)) if k == 0 else None)
+    return ((ctx.model.layers, head_params(ctx, False)) if ctx.ends(k) else None,
+            (-1, embedding_params(ctx)) if ctx.starts(k) else None)
 
 
 def gather_unit(b: Stage, unit: tuple[int, int] | None, phase: Phase, mb: int) -> int | None:
