@@ -15,7 +15,7 @@ from tests.test_moe_overlap import scenario as one_server
 from tests.test_symmetry import assert_same_run
 from workloads import dualpipe
 from workloads.program import build_program, make_context
-from workloads.schedules import Schedule, makespan
+from workloads.schedules import INPUT, WEIGHT, Schedule, makespan
 from workloads.stage_memory import stage_param_split
 
 
@@ -29,21 +29,27 @@ def scenario(pp: int = 2, micro_batches: int = 4, **parallelism) -> dict:
 
 
 def _names(items) -> list[str]:
-    return [" ".join(f"{'F' if s.forward else 'B'}{s.microbatch}" for s in item)
-            for item in items]
+    """F, B (``*``: input gradients only) and W steps with their micro-batches."""
+    def name(s):
+        kind = "F" if s.forward else "W" if s.part == WEIGHT else "B"
+        return f"{kind}{s.microbatch}{'*' if s.part == INPUT else ''}"
+    return [" ".join(map(name, item)) for item in items]
 
 
 def test_the_schedule_is_the_repositorys():
     """Rank 0 of 8 with 20 micro-batches (the README's figure): seven forwards of
-    its own direction, then the other direction's alternating with them, then
-    forward-and-backward pairs, then the drain. Rank 3 (a middle rank) runs its
-    first pair apart."""
+    its own direction, then the other direction's, each after a zero-bubble
+    backward and its W, then forward-and-backward pairs, then the drain's
+    zero-bubble backwards, each with its W. Rank 3 (a middle rank) runs its first
+    pair apart and its W steps last, first in first out."""
     rank0 = _names(dualpipe.schedule(8, 20, 0))
-    assert rank0[:16] == ["F0", "F1", "F2", "F3", "F4", "F5", "F6", "F10", "B10", "F11",
-                          "B11", "F12", "B12", "F13", "F7 B13", "F14 B0"]
-    assert rank0[-5:] == ["B19", "B6", "B7", "B8", "B9"]
+    assert rank0[:19] == ["F0", "F1", "F2", "F3", "F4", "F5", "F6", "F10", "B10*", "W10",
+                          "F11", "B11*", "W11", "F12", "B12*", "W12", "F13", "F7 B13",
+                          "F14 B0"]
+    assert rank0[-9:] == ["B19", "B6*", "W6", "B7*", "W7", "B8*", "W8", "B9*", "W9"]
     middle = _names(dualpipe.schedule(8, 20, 3))
     assert middle[8:12] == ["F4", "B10", "F14 B0", "F5 B11"]
+    assert middle[-8:] == ["B18*", "B8*", "B19*", "B9*", "W18", "W8", "W19", "W9"]
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 12), (8, 16), (8, 20), (16, 32)])
@@ -54,6 +60,11 @@ def test_every_rank_runs_each_of_its_steps_once(p, m):
     seen = Counter()
     for rank in range(p):
         steps = [s for item in dualpipe.schedule(p, m, rank) for s in item]
+        weights = [s for s in steps if s.part == WEIGHT]
+        split = [s for s in steps if s.part == INPUT]
+        assert [(s.microbatch, s.chunk) for s in weights] == [
+            (s.microbatch, s.chunk) for s in split]  # first in, first out
+        steps = [s for s in steps if s.part != WEIGHT]
         assert len(steps) == 2 * m
         for s in steps:
             assert s.microbatch in range(s.chunk * m // 2, (s.chunk + 1) * m // 2)
@@ -64,16 +75,19 @@ def test_every_rank_runs_each_of_its_steps_once(p, m):
 
 
 @pytest.mark.parametrize("p", [4, 6, 8, 16])
-def test_the_bubble_is_within_the_repositorys_and_below_1f1bs(p):
-    """On equal stages without communication (F = 1, B = 2): the makespan is the
-    work plus at most (p/2 - 1)(F&B + B) with F&B = F + B, far below 1F1B's
-    (p - 1)(F + B) on the same stages, and the same for any m from 2p on."""
-    m, f, b = 4 * p, 1.0, 2.0
-    bubble = dualpipe.makespan(p, m, f, b) - m * (f + b)
-    assert 0 < bubble <= (p // 2 - 1) * (f + b + b)
+@pytest.mark.parametrize(("f", "b", "w"), [(1.0, 2.0, 1.0), (2.0, 3.0, 1.0)])
+def test_the_bubble_is_the_repositorys_and_below_1f1bs(p, f, b, w):
+    """On equal stages without communication (a combined step F&B = F + B): the
+    makespan is the work plus the repository's (p/2 - 1)(F&B + B - 3W) exactly,
+    for any m from 2p on; without the weight split (W = 0) at most (p/2 - 1)(F&B
+    + B); both far below 1F1B's (p - 1)(F + B); none at p = 2."""
+    for m in (2 * p, 4 * p + 2):
+        bubble = dualpipe.makespan(p, m, f, b, w) - m * (f + b)
+        assert bubble == pytest.approx((p // 2 - 1) * (f + b + b - 3 * w))
+    assert 0 < dualpipe.makespan(p, m, f, b) - m * (f + b) <= (p // 2 - 1) * (f + 2 * b)
     assert bubble < makespan(Schedule.ONE_F_ONE_B, p, m, 1, f, b) - m * (f + b)
-    assert dualpipe.bubble(p, f + b) == pytest.approx(bubble)
-    assert dualpipe.makespan(2, 8, f, b) == 8 * (f + b)
+    assert dualpipe.makespan(2, 8, f, b, w) == 8 * (f + b)
+    assert dualpipe.bubble(p, 3.0) == pytest.approx((p // 2 - 1) * 2.0)
 
 
 def test_the_directions_cross_the_pipeline_both_ways_and_mirrors_pair_up():
@@ -105,6 +119,20 @@ def test_each_rank_holds_two_stages_and_the_same_work_in_all():
     assert flops[0] == pytest.approx(flops[1], rel=1e-12)
     mirrors = [op for op in programs[0].ops[0] if op.name == "mirror_all_reduce"]
     assert len(mirrors) == 1 and mirrors[0].group == "mirror"
+
+
+def test_zero_bubble_backwards_leave_their_weight_gradients_to_w_steps():
+    """Each weight GEMM of a split backward runs as two halves, its input gradient
+    in the backward and its weight gradient in the W step after it; the chunk's
+    gradient reduction waits for the last W."""
+    s = from_dict(scenario(pp=4, micro_batches=8))
+    ops = build_program(s.model, s.training, s.parallel, s.seed).ops[0]
+    names = Counter(op.name for op in ops)
+    assert names["qkv_dgrad"] == names["qkv_wgrad"] > 0
+    assert names["experts_fc1_dgrad"] == names["experts_fc1_wgrad"] > 0
+    last_weight = max(i for i, op in enumerate(ops) if op.name.endswith("_wgrad"))
+    reduces = [i for i, op in enumerate(ops) if op.name.startswith("all_reduce[")]
+    assert reduces and max(reduces) > last_weight
 
 
 def test_dualpipe_runs_and_hides_exchanges():

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from simulator.base.ir import DGRAD, GEMMS, TP_STREAM, WGRAD, Collective, Phase
+from simulator.base.ir import GEMMS, TP_STREAM, Collective, Phase
 from workloads import kernels as K
 from workloads import offload
+from workloads.dualpipe import halves
 from workloads.memory import Recompute
 from workloads.stage import Stage, kernel_cost
 from workloads.stage_memory import layer_memory, memory_by_kind
@@ -63,11 +64,9 @@ def delayed_wgrad(plan: list) -> list:
     out, held = [], []
     for item in plan:
         if item[0] == "expert" and item[1].cls in GEMMS and item[1].params:
-            kernel, flops, nbytes = item[1], item[2] / 2, item[3] / 2
-            out.append(("expert", replace(kernel, name=f"{kernel.name}{DGRAD}", params=0),
-                        flops, nbytes))
-            held.append(("expert", replace(kernel, name=f"{kernel.name}{WGRAD}"), flops,
-                         nbytes))
+            dgrad, wgrad = halves(item)
+            out.append(dgrad)
+            held.append(wgrad)
             continue
         out.append(item)
         if item[0] == "ep" and item[1] == expert.DISPATCH and held:
@@ -78,15 +77,17 @@ def delayed_wgrad(plan: list) -> list:
 
 def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),
                 mem_end: tuple = (), record: bool = False, fetch=None,
-                only: tuple[int, ...] | None = None) -> None:
+                only: tuple[int, ...] | None = None, plan: tuple | None = None) -> None:
     """One layer's forward (or backward) on one micro-batch, its first kernel
     after the ZeRO-3 ``gather``; ``fetch(layer, key)`` (DeepSpeed ZeRO-3's
     ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
     by its plan position (``-1 - n`` in a backward); ``only``: the plan positions
-    to run (a selective recompute's modules, ``Context.recomputed``)."""
+    to run (a selective recompute's modules, ``Context.recomputed``); ``plan``: the
+    items to run instead of the layer's pass plan (a zero-bubble split's:
+    ``dualpipe.split_weights``)."""
     ctx = b.ctx
     phase = Phase.FORWARD if forward else Phase.BACKWARD
-    plan = ctx.pass_plan(layer, forward)
+    plan = ctx.pass_plan(layer, forward) if plan is None else plan
     comm_bytes, gathered = ctx.tp_bytes[forward]
     if gather and sharded.copy_out(b, layer, phase, mb, gather):
         gather = ()  # FSDP2's copy-out waited for it; the kernels wait for the copy
@@ -155,11 +156,14 @@ def chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,
 
 def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
                   then: tuple[int, int] | None = None,
-                  fetcher: sharded.TensorFetcher | None = None) -> int | None:
+                  fetcher: sharded.TensorFetcher | None = None,
+                  held: list | None = None) -> int | None:
     """A chunk's layers in forward (or backward) order, with ZeRO-3 gathers and memory.
     ``then`` (unit id, parameters): the ZeRO-3 unit used after the last layer (the
     head forward, the embedding backward), prefetched as the next layer would be;
-    returns its gather. ``fetcher``: DeepSpeed ZeRO-3's, for this pass."""
+    returns its gather. ``fetcher``: DeepSpeed ZeRO-3's, for this pass. ``held``: a
+    backward under the zero-bubble split (``dualpipe.split_weights``), which appends each
+    layer's (layer, weight-gradient items) to it."""
     ctx = b.ctx
     if fetcher is not None:
         chunk_layers_per_tensor(b, layers, mb, forward, record, fetcher)
@@ -206,8 +210,12 @@ def chunk_layers(b: Stage, layers: range, mb: int, forward: bool, record: bool,
                 layer_pass(b, layer, mb, True, waits, ((transient, "activations"),),
                            only=None if full else ctx.recomputed[layer])
                 pending, waits = None, ()
+            plan = None
+            if held is not None:
+                plan, weights = ctx.split_plans[layer]
+                held.append((layer, weights))
             layer_pass(b, layer, mb, False, waits,
-                        ((-kept - transient, "activations"),) + free, record)
+                        ((-kept - transient, "activations"),) + free, record, plan=plan)
         if ahead and upcoming is None:
             upcoming = _gather_next(b, nxt, phase, mb, unit)
         if zero3 and record and not forward:

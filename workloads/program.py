@@ -25,12 +25,12 @@ from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op,
 from workloads import dualpipe, moe_overlap, mtp, offload, recompute
 from workloads import kernels as K
 from workloads import routing as routes
-from workloads.layer_passes import chunk_layers, pass_plan
+from workloads.layer_passes import chunk_layers, layer_pass, pass_plan
 from workloads.layout import Layout, parse_order
 from workloads.memory import Recompute
 from workloads.models import ModelSpec, padded_vocab
 from workloads.precision import AMAX_BYTES_PER_GEMM
-from workloads.schedules import Step, steps_for, warmups
+from workloads.schedules import ALL, INPUT, WEIGHT, Step, steps_for, warmups
 from workloads.stage import Context, LayoutError, Stage, _new, kernel_cost
 from workloads.stage_memory import stage_lowp, stage_param_split, static_memory
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
@@ -125,12 +125,15 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
 
 
 def _step(b: Stage, step: Step) -> None:
-    """One forward or backward of one micro-batch through one chunk of this stage."""
+    """One forward or backward of one micro-batch through one chunk of this stage
+    (or a zero-bubble backward's weight gradients: ``_weights``)."""
+    if step.part == WEIGHT:
+        _weights(b, step)
+        return
     ctx = b.ctx
     k = ctx.virtual(b.stage, step.chunk)
     layers, mb = ctx.chunks[k], step.microbatch
-    last = not step.forward and mb == ctx.microbatches(step.chunk)[-1]
-    record = last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
+    record = _records(ctx, step)[1]
     head, embedding = sharded.units(ctx, k)  # ZeRO-3: the embedding and the head are units
     gathers = sharded.gathers(ctx, step.forward, mb)  # their gathers, as the layers'
     fetcher = _fetcher(b, step.forward, mb)
@@ -151,16 +154,45 @@ def _step(b: Stage, step: Step) -> None:
     else:
         _head(b, mb, False, record, sharded.gather_unit(
             b, head if gathers else None, Phase.BACKWARD, mb), fetcher, bool(head))
+    held = [] if step.part == INPUT else None  # (its weight gradients: a later W step's)
+    if held is not None:
+        b.held.append((step, held))
     ready = chunk_layers(b, layers, mb, False, record, embedding if gathers else None,
-                          fetcher)
+                          fetcher, held)
     if ctx.starts(k):
         _embedding(b, mb, False, record, ready, fetcher, bool(embedding))
     else:
         pipeline.send(b, k, False, mb, layers.start)
+    if held is None:
+        _recorded(b, step)
+
+
+def _records(ctx: Context, step: Step) -> tuple[bool, bool]:
+    """(whether a backward step is its chunk's last, whether it records gradients)."""
+    last = not step.forward and step.microbatch == ctx.microbatches(step.chunk)[-1]
+    return last, last or (not step.forward and ctx.parallel.reduces_every_micro_batch)
+
+
+def _recorded(b: Stage, step: Step) -> None:
+    """After a backward's gradients are all computed: the chunk's last backward
+    noted, and its gradients reduced when the step records them."""
+    last, record = _records(b.ctx, step)
     if last:
         b.last_backward[step.chunk] = b.last_compute
     if record:
         data.bucket_reduces(b, step.chunk)
+
+
+def _weights(b: Stage, step: Step) -> None:
+    """A zero-bubble W step (``workloads.dualpipe``): the weight gradients the
+    backward of the same micro-batch and chunk held back (first in, first out),
+    then what follows that backward's gradients (``_recorded``)."""
+    done, layers = b.held.pop(0)
+    assert (done.microbatch, done.chunk) == (step.microbatch, step.chunk), (done, step)
+    record = _records(b.ctx, step)[1]
+    for layer, items in layers:
+        layer_pass(b, layer, step.microbatch, False, record=record, plan=items)
+    _recorded(b, step)
 
 
 def _fetcher(b: Stage, forward: bool, mb: int) -> sharded.TensorFetcher | None:
@@ -185,6 +217,7 @@ def _finish_stage(b: Stage) -> None:
     on_gpu, on_host = offload.optimizer_split(ctx.training, owned)
     optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
                          ADAM_BYTES_PER_PARAM * on_gpu)
+    assert not b.grads and not b.expert_grads and not b.held, "gradients never reduced"
     dualpipe.mirror_reduce(b, owned)
     b.ready = list(b.reduces)
     amax_reduction(b)
@@ -226,11 +259,12 @@ def build_stage(ctx: Context, stage: int) -> Stage:
             continue
         step = pair[0]
         first, key = len(b.ops), _step_key(ctx, step)
-        pattern = made.get(key) if stampable else None
+        stamps = stampable and step.part == ALL  # (a split's held weights are state)
+        pattern = made.get(key) if stamps else None
         if pattern is None or not pattern.stamp(b, step.microbatch):
             entry = (*b.ready, b.last_compute)
             _step(b, step)
-            if stampable and key not in made:
+            if stamps and key not in made:
                 made[key] = Pattern.of(b, first, step.microbatch, entry)
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
@@ -324,9 +358,10 @@ def _step_key(ctx: Context, step: Step) -> tuple:
     mine = ctx.microbatches(step.chunk)
     edge = step.microbatch == mine[-1] if not step.forward else \
         step.microbatch == mine[0] and data.gathers_ahead(ctx)
+    key = (step.forward, step.chunk, edge) + ((step.part,) if step.part != ALL else ())
     if ctx.routing is not None and ctx.routing.varies:  # each micro-batch's loads differ
-        return (step.forward, step.chunk, edge, step.microbatch)
-    return (step.forward, step.chunk, edge)
+        return (*key, step.microbatch)
+    return key
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:

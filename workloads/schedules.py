@@ -30,11 +30,19 @@ class Schedule(Enum):
     INTERLEAVED = "interleaved"
 
 
+ALL, INPUT, WEIGHT = "all", "input", "weight"  # a backward's parts (``Step.part``)
+
+
 @dataclass(frozen=True)
 class Step:
+    """One forward or backward of one micro-batch through one chunk; ``part`` of a
+    backward: ``all``, or under a zero-bubble split (``workloads.dualpipe``) its
+    ``input`` gradients with the weights' deferred, or those ``weight`` gradients."""
+
     forward: bool
     microbatch: int
     chunk: int = 0
+    part: str = ALL
 
 
 class ScheduleError(ValueError):

@@ -58,6 +58,16 @@ class Context:
                      for n in range(self.model.layers))
 
     @cached_property
+    def split_plans(self) -> tuple[tuple[tuple, tuple], ...]:
+        """Each layer's backward plan under the zero-bubble split and the weight
+        gradients it holds back (``dualpipe.split_weights``)."""
+        made: dict[int, tuple[tuple, tuple]] = {}  # one split per kind of layer
+        for plans in self.layer_plans:
+            if id(plans[False]) not in made:
+                made[id(plans[False])] = dualpipe.split_weights(plans[False])
+        return tuple(made[id(plans[False])] for plans in self.layer_plans)
+
+    @cached_property
     def recomputed(self) -> tuple[tuple[int, ...], ...]:
         """Each layer's forward-plan positions its backward re-runs first (the
         selective recompute's modules, ``workloads.recompute``; () for none)."""
@@ -166,6 +176,9 @@ class Stage:
     steps: list[tuple[int, int, tuple]] = field(default_factory=list)  # Program.steps
     coordinator: object | None = None  # DeepSpeed ZeRO-3's (sharded.Coordinator), made once
     offloaded: frozenset = frozenset()  # layers whose activations go to host memory (offload)
+    # zero-bubble backwards whose weight gradients wait for a W step, first in first out:
+    # (the step, [(layer, weight-gradient items)]) (``workloads.dualpipe``)
+    held: list = field(default_factory=list)
 
     def compute(self, kernel: K.Kernel, phase: Phase, mb: int, layer: int, flops: float,
                 nbytes: float, mem: tuple = (), extra: Sequence[int] = ()) -> int:

@@ -152,11 +152,11 @@ def summarize(spans: pd.DataFrame, program: Program, memory_events, peak_flops: 
 
 
 QUANTIZE_SUFFIX = "_quantize"  # a low-precision cast's span (workloads.kernels.quantize_kernel)
-EXPERT_GEMMS = ("experts_fc1", "experts_fc2")  # (their backward may run in halves)
-GEMM_NAMES = frozenset(("qkv", "q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj", "fc1",
-                        "fc2", "shared_fc1", "shared_fc2", "router", "logits", "attn_scores",
-                        "attn_values", *EXPERT_GEMMS,
-                        *(name + half for name in EXPERT_GEMMS for half in (DGRAD, WGRAD))))
+WEIGHT_GEMMS = ("qkv", "q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj", "fc1", "fc2",
+                "shared_fc1", "shared_fc2", "router", "logits", "experts_fc1", "experts_fc2")
+# (a weight GEMM's backward may run in halves: delayed or zero-bubble weight gradients)
+GEMM_NAMES = frozenset((*WEIGHT_GEMMS, "attn_scores", "attn_values",
+                        *(name + half for name in WEIGHT_GEMMS for half in (DGRAD, WGRAD))))
 ATTENTION_NAMES = frozenset(("attention",))
 
 

@@ -60,7 +60,7 @@ from workloads import dualpipe
 from workloads import program as builder
 from workloads.layout import Layout as RankLayout
 from workloads.layout import parse_order
-from workloads.schedules import Schedule
+from workloads.schedules import ALL, Schedule
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndar
     their excess counted once. A combined forward and backward
     (``moe_overlap``, DualPipe) is left out: the same kinds of step run alone
     in the warm-up and the cool-down, and give their times (the estimate does not
-    credit the overlap)."""
+    credit the overlap). A backward split under a zero-bubble schedule counts its
+    input and weight parts' typical steps together where no whole one runs."""
     typical: dict[tuple, list[float]] = {}
     exposed = 0.0
     for first, end, key in steps:
@@ -108,12 +109,15 @@ def _typical_step(steps, seconds: np.ndarray, on_path: np.ndarray, data: np.ndar
         stream = float(seconds[first:end][data[first:end]].sum())
         chain += (slowdown - 1) * min(chain, stream)
         forward, chunk, edge = key[0], key[1], key[2]
+        part = next((x for x in key[3:] if isinstance(x, str)), ALL)
         if edge and not forward:
             exposed += max(0.0, stream - chain)
-            typical.setdefault((forward, chunk), []).append(chain)
+            typical.setdefault((forward, chunk, part), []).append(chain)
         else:
-            typical.setdefault((forward, chunk), []).append(max(chain, stream))
-    step = sum(float(np.median(v)) for v in typical.values())
+            typical.setdefault((forward, chunk, part), []).append(max(chain, stream))
+    median = {kind: float(np.median(v)) for kind, v in typical.items()}
+    step = sum(seconds if part == ALL or (forward, chunk, ALL) not in median else 0.0
+               for (forward, chunk, part), seconds in median.items())
     return step, exposed
 
 

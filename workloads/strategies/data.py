@@ -46,10 +46,11 @@ def bucket_reduces(b: Stage, chunk: int) -> None:
     experts' gradients in buckets of their own over their replicas (``edp``), as
     Megatron-Core keeps a separate buffer for them."""
     ctx = b.ctx
-    grads = [g for layer in sorted(b.grads, reverse=True) for g in b.grads[layer]]
-    experts = [g for layer in sorted(b.expert_grads, reverse=True)
-               for g in b.expert_grads[layer]]
-    b.grads, b.expert_grads = {}, {}
+    mine = chunk_keys(ctx, ctx.virtual(b.stage, chunk))
+    grads = [g for layer in sorted(b.grads, reverse=True) if layer in mine
+             for g in b.grads.pop(layer)]
+    experts = [g for layer in sorted(b.expert_grads, reverse=True) if layer in mine
+               for g in b.expert_grads.pop(layer)]
     if ctx.parallel.zero_stage >= 3 and ctx.parallel.deepspeed_zero3 is None:
         return  # FSDP-style ZeRO-3 reduces layer by layer (sharded.reduce_layer)
     if ctx.parallel.dp * ctx.shard.cp > 1:
@@ -66,6 +67,15 @@ def _reduce(b: Stage, chunk: int, grads: list, group: str, label: str) -> None:
         b.reduces.append(b.collective(kind, bucket.bytes, DP_STREAM, group,
                                       Phase.BACKWARD, -1, -1, deps=(ready,), blocking=False,
                                       name=f"{label}{kind.value}[{chunk}.{n}]"))
+
+
+def chunk_keys(ctx: Context, k: int) -> frozenset[int]:
+    """The layers whose gradients virtual stage ``k`` holds (as ``Stage.grads`` keys
+    them): its own, the embedding's (-1) where it begins a pipeline, the head's
+    (``model.layers``) where it ends one. (Under DualPipe's zero-bubble split a
+    chunk's weight gradients may come after the other chunk's backward.)"""
+    extra = ({-1} if ctx.starts(k) else set()) | ({ctx.model.layers} if ctx.ends(k) else set())
+    return frozenset(ctx.chunks[k]) | extra
 
 
 def bucket_cap(ctx: Context, chunk: int) -> float:
