@@ -233,7 +233,7 @@ def test_the_registry_composes_and_refuses_unknown_names():
                                                              schedule="interleaved",
                                                              virtual_stages=2)], ids=str)
 def test_stamped_steps_build_the_same_program(parallelism, monkeypatch):
-    """The builder copies a step of a kind from its first instance (``Pattern``)
+    """The builder copies a step of a kind from its first instance (``stamping.Pattern``)
     where nothing but the ops and the stage's ready state change: the program is
     the one built step by step."""
     import workloads.program as builder

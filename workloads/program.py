@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Op, Phase, Program
-from workloads import dualpipe, moe_overlap, mtp, offload, recompute
+from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
+from workloads import dualpipe, moe_overlap, mtp, offload, recompute, stamping
 from workloads import kernels as K
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, layer_pass, pass_plan
@@ -31,7 +31,7 @@ from workloads.memory import Recompute
 from workloads.models import ModelSpec, padded_vocab
 from workloads.precision import AMAX_BYTES_PER_GEMM
 from workloads.schedules import ALL, INPUT, WEIGHT, Step, steps_for, warmups
-from workloads.stage import Context, LayoutError, Stage, _new, kernel_cost
+from workloads.stage import Context, LayoutError, Stage, kernel_cost
 from workloads.stage_memory import stage_lowp, stage_param_split, static_memory
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
@@ -249,8 +249,8 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     b = Stage(ctx, stage, offloaded=offload.offloaded(ctx, stage))
     if data.gathers_ahead(ctx):
         data.gather_parameters_ahead(b)
-    made: dict[tuple, Pattern | None] = {}  # step key -> its first instance, as a pattern
-    stampable = STAMP and _stampable(ctx)
+    made: dict[tuple, stamping.Pattern | None] = {}  # step key -> its first instance, as a pattern
+    stampable = STAMP and stamping.stampable(ctx)
     for pair in _schedule(ctx, stage):
         if len(pair) == 2:  # (two micro-batches: built each time, not stamped)
             first = len(b.ops)
@@ -265,7 +265,7 @@ def build_stage(ctx: Context, stage: int) -> Stage:
             entry = (*b.ready, b.last_compute)
             _step(b, step)
             if stamps and key not in made:
-                made[key] = Pattern.of(b, first, step.microbatch, entry)
+                made[key] = stamping.Pattern.of(b, first, step.microbatch, entry)
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
     return b
@@ -285,70 +285,6 @@ def _schedule(ctx: Context, stage: int) -> list[tuple[Step, ...]]:
     if not overlap:
         return [(step,) for step in steps]
     return moe_overlap.pairs(steps, warmups(parallel.schedule, p, m, v, stage, extra))
-
-
-def _stampable(ctx: Context) -> bool:
-    """Whether a step's ops and the stage's state after it are those of the first
-    step of its kind, moved: only the ops, the ops the next compute waits for and
-    the last compute change (no ZeRO-3/FSDP gathers or per-micro-batch reductions,
-    no DeepSpeed coordinator, no overlapped parameter gathers, which keep state of
-    their own)."""
-    parallel = ctx.parallel
-    return (parallel.zero_stage < 3 and parallel.fsdp is None and
-            parallel.deepspeed_zero3 is None and not parallel.reduces_every_micro_batch
-            and not data.gathers_ahead(ctx))
-
-
-class Pattern:
-    """A step's ops as a pattern to copy for later steps of its kind: each op's
-    fields around its dependencies and micro-batch, and where each dependency
-    points (an offset inside the step, or the stage's state when the step began:
-    the ops the next compute waited for and the last compute), and the state the
-    step left, in the same terms."""
-
-    __slots__ = ("ops", "entry", "after")
-
-    def __init__(self, ops: list, entry: tuple[bool, ...], after: tuple) -> None:
-        self.ops, self.after = ops, after
-        self.entry = entry  # which of the state's entries were set (not None)
-
-    @classmethod
-    def of(cls, b: Stage, first: int, mb: int, entry: tuple) -> Pattern | None:
-        """The pattern of ``b``'s ops from ``first`` on, built for micro-batch ``mb``
-        from the state ``entry`` (the ready ops, then the last compute); None where a
-        dependency points elsewhere (it cannot be moved)."""
-        where = {d: -1 - n for n, d in enumerate(entry) if d is not None}
-        where.update({i: i - first for i in range(first, len(b.ops))})
-        ops = []
-        for op in b.ops[first:]:
-            if any(d not in where for d in op.deps):
-                return None
-            deps = tuple(where[d] for d in op.deps)
-            ops.append((op[:4], deps, all(d >= 0 for d in deps), op[5:11],
-                        op.microbatch == mb, op.microbatch, op[12:]))
-        after = (*b.ready, b.last_compute)
-        if any(d is not None and d not in where for d in after):
-            return None
-        return cls(ops, tuple(d is not None for d in entry),
-                   tuple(None if d is None else where[d] for d in after))
-
-    def stamp(self, b: Stage, mb: int) -> bool:
-        """Append the pattern's ops for micro-batch ``mb`` after ``b``'s ops, from
-        ``b``'s state now (False, nothing appended, when that state has another
-        shape), and leave ``b`` in the state the step leaves."""
-        entry = (*b.ready, b.last_compute)
-        if tuple(d is not None for d in entry) != self.entry:
-            return False
-        base, ops = len(b.ops), b.ops
-        add = base.__add__
-        for pre, deps, inside, mid, own, other, post in self.ops:
-            moved = tuple(map(add, deps)) if inside else tuple(
-                base + d if d >= 0 else entry[-1 - d] for d in deps)
-            ops.append(_new(Op, (*pre, moved, *mid, mb if own else other, *post)))
-        after = [None if d is None else base + d if d >= 0 else entry[-1 - d]
-                 for d in self.after]
-        b.ready, b.last_compute = after[:-1], after[-1]
-        return True
 
 
 def _step_key(ctx: Context, step: Step) -> tuple:
