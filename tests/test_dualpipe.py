@@ -172,3 +172,17 @@ def test_what_dualpipe_needs_is_named(change, named):
     with pytest.raises(ScenarioError, match="moe_overlap: 'dualpipe' needs") as error:
         run(scenario(**change))
     assert named in str(error.value)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_at_most_p_plus_one_chunks_of_activations_are_held(p):
+    """The repository's memory table: a rank holds the activations of at most
+    PP + 1 chunk passes (a forward's until its backward; in a combined step the
+    forward's counted before the backward frees its own), against 1F1B's PP."""
+    for rank in range(p):
+        live = peak = 0
+        for item in dualpipe.schedule(p, 4 * p, rank):
+            live += sum(s.forward for s in item)
+            peak = max(peak, live)
+            live -= sum(not s.forward and s.part != WEIGHT for s in item)
+        assert live == 0 and peak == p + 1
