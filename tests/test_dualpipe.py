@@ -186,3 +186,21 @@ def test_at_most_p_plus_one_chunks_of_activations_are_held(p):
             peak = max(peak, live)
             live -= sum(not s.forward and s.part != WEIGHT for s in item)
         assert live == 0 and peak == p + 1
+
+
+def test_delayed_weight_gradients_are_held_whole():
+    """With ``delay_wgrad_compute`` the experts' weight gradients are already apart:
+    the W step takes them whole (no half of a half), and the FLOPs are the plain
+    schedule's."""
+    raw = scenario(pp=4, micro_batches=8, delay_wgrad_compute=True)
+    s = from_dict(raw)
+    ops = build_program(s.model, s.training, s.parallel, s.seed).ops
+    names = Counter(op.name for rank in ops for op in rank)
+    assert names["experts_fc1_wgrad"] > 0
+    assert not any(name.count("grad") > 1 for name in names)
+    plain = from_dict({**raw, "parallelism": {**raw["parallelism"], "moe_overlap": "none",
+                                              "delay_wgrad_compute": False}})
+    flops = [sum(op.flops for rank in p.ops for op in rank) for p in (
+        build_program(s.model, s.training, s.parallel, s.seed),
+        build_program(plain.model, plain.training, plain.parallel, plain.seed))]
+    assert flops[0] == pytest.approx(flops[1], rel=1e-12)

@@ -219,7 +219,8 @@ def split_weights(plan: tuple) -> tuple[tuple, tuple]:
     """A backward plan under the zero-bubble split (Qi et al. 2024, "Zero Bubble
     Pipeline Parallelism", ICLR; DualPipe's W chunks): each GEMM with weights
     becomes its input gradient (half its backward, no weights), where it was,
-    and its weight gradient (the other half), held for a later W step; returns
+    and its weight gradient (the other half), held for a later W step; a weight
+    gradient already apart (``delay_wgrad_compute``'s) is held whole; returns
     (the plan without them, the held items in order).
 
     >>> from workloads.kernels import Kernel
@@ -231,7 +232,10 @@ def split_weights(plan: tuple) -> tuple[tuple, tuple]:
     """
     out, held = [], []
     for item in plan:
-        if item[0] in ("kernel", "expert") and item[1].cls in GEMMS and item[1].params:
+        weights = item[0] in ("kernel", "expert") and item[1].cls in GEMMS and item[1].params
+        if weights and item[1].name.endswith(WGRAD):
+            held.append(item)
+        elif weights:
             dgrad, wgrad = halves(item)
             out.append(dgrad)
             held.append(wgrad)
