@@ -117,3 +117,19 @@ def test_the_gantt_draws_both_hops(tmp_path):
     assert {"ep", "ep_rdma"} <= set(spans["stream"])
     figure(spans, "deepep").savefig(tmp_path / "gantt.png")
     assert (tmp_path / "gantt.png").stat().st_size > 0
+
+
+def test_the_log_names_each_hops_dispatch_and_combine():
+    """A dispatch and a combine of one size on one hop are logged under their own
+    names, every member of a group's call under the name its ranks gave it (a
+    batch of groups' calls once took the first call's name for all of them)."""
+    comms = run(_raw(ep=16)).comms
+    spans = run(_raw(ep=16)).spans
+    for group, names in (("ep_nvl", ("dispatch", "combine")),
+                         ("ep_rdma", ("dispatch_rdma", "combine_rdma"))):
+        logged = comms[comms["group"] == group]["name"].astype(str).value_counts()
+        assert set(logged.index) == set(names)
+        assert logged[names[0]] == logged[names[1]]
+    mine = spans[(spans["kind"] == "comm") & spans["name"].isin(["dispatch", "combine"])]
+    assert (comms.loc[mine["call"].astype(int), "name"].astype(str).to_numpy()
+            == mine["name"].astype(str).to_numpy()).all()

@@ -22,7 +22,13 @@ gang that does not hold every member of each group go the reference way. A
 stage's context-parallel ring exchanges across servers are batched: apart,
 each of its groups' transfers would merge with the pipeline messages on its
 NICs and recompute their shares once per group (Llama 3.1 405B with CP 2
-across servers: 9.6 M events -> 0.31 M, the same timeline).
+across servers: 9.6 M events -> 0.31 M, the same timeline). So are a stage's
+expert-parallel token exchanges across servers (``ep``, DeepEP's ``ep_rdma``
+hop), for the same reason (the DeepSeek-V3 benchmark on 2,048 GPUs: 460 k
+events -> 251 k; its recipe with DeepEP's two hops and DualPipe 4.75 M ->
+0.75 M, the same timeline). The cache of batches is keyed by the call's name
+too: a DeepEP dispatch and combine of one size are logged under their own
+names.
 
 Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
 (every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
@@ -50,7 +56,7 @@ class CallGroup:
     # (latency, the groups' positions, their (routes, sizes), a shape key)
 
 
-ACROSS_SERVERS = ("cp",)  # batched across servers too: a stage's ring exchanges
+ACROSS_SERVERS = ("cp", "ep", "ep_rdma")  # batched across servers too: ring and token exchanges
 
 
 class CallGroups(Gangs):
@@ -90,7 +96,7 @@ class CallGroups(Gangs):
         """``rank``'s gang's call ``op`` as a batch: when the gang holds two or more
         groups of ``op.group``, every member of each, and each group's lowering is
         a single step; else None. Cached per call kind."""
-        key = (rank, op.group, op.collective, op.bytes)
+        key = (rank, op.group, op.collective, op.bytes, op.name)  # (the name is logged)
         if key in self._call_groups:
             return self._call_groups[key]
         held, own, plan = self._gang_groups(rank, op.group)
