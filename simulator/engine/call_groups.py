@@ -24,11 +24,12 @@ each of its groups' transfers would merge with the pipeline messages on its
 NICs and recompute their shares once per group (Llama 3.1 405B with CP 2
 across servers: 9.6 M events -> 0.31 M, the same timeline). So are a stage's
 expert-parallel token exchanges across servers (``ep``, DeepEP's ``ep_rdma``
-hop), for the same reason (the DeepSeek-V3 benchmark on 2,048 GPUs: 460 k
-events -> 251 k; its recipe with DeepEP's two hops and DualPipe 4.75 M ->
-0.75 M, the same timeline). The cache of batches is keyed by the call's name
-too: a DeepEP dispatch and combine of one size are logged under their own
-names.
+hop) and its expert replicas' gradient reductions and parameter gathers
+(``edp``: pairs in two EP groups, 64 groups a stage), for the same reason
+(the DeepSeek-V3 benchmark on 2,048 GPUs: 460 k events -> 229 k; its recipe
+with DeepEP's two hops and DualPipe 4.75 M -> 0.67 M, the same timeline).
+The cache of batches is keyed by the call's name too: a DeepEP dispatch and
+combine of one size are logged under their own names.
 
 Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
 (every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
@@ -56,7 +57,8 @@ class CallGroup:
     # (latency, the groups' positions, their (routes, sizes), a shape key)
 
 
-ACROSS_SERVERS = ("cp", "ep", "ep_rdma")  # batched across servers too: ring and token exchanges
+# batched across servers too: ring and token exchanges, expert replicas' reductions
+ACROSS_SERVERS = ("cp", "ep", "ep_rdma", "edp")
 
 
 class CallGroups(Gangs):
