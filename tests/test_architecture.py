@@ -2,7 +2,8 @@
 
 Every ``import`` in the project's packages (inside functions too) must point
 to the same package or to a lower layer; ``topologies`` and ``workloads``
-never import each other or SimPy; the engine never imports either of them.
+never import each other or SimPy; the engine never imports either of them;
+no module reaches itself through imports, inside a package too.
 """
 
 import ast
@@ -97,3 +98,63 @@ def test_the_check_finds_upward_and_forbidden_imports(tmp_path, source, module, 
         assert len(violations(module, path)) == expected
     finally:
         path.unlink()
+
+
+def module_graph(found: list[tuple[str, Path]]) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (inside functions too; ``from a.b
+    import c`` is a.b.c where that is a module, else a.b)."""
+    names = {module for module, _ in found}
+    graph: dict[str, set[str]] = {}
+    for module, path in found:
+        targets = set()
+        for _, target in imports(path):
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import loops: strongly connected sets of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_no_import_loops_even_inside_a_package():
+    """No module reaches itself through imports, function-level ones included
+    (a loop hidden in a function-level import still ties the modules together)."""
+    assert loops(module_graph(modules())) == []
+
+
+def test_the_loop_check_finds_a_loop_through_a_function_level_import():
+    graph = {"a.model": {"a.table"}, "a.table": {"a.fit"}, "a.fit": {"a.model"}, "a.x": set()}
+    assert loops(graph) == [["a.fit", "a.model", "a.table"]]
+    assert loops({"a": {"b"}, "b": set()}) == []

@@ -12,7 +12,8 @@ import yaml
 from simulator import run
 from simulator.base.ir import KernelClass, Op, OpKind, Phase
 from simulator.cli import main
-from simulator.compute.calibration import CalibrationError, fit, modelled, read_kernels
+from simulator.compute.calibration import fit, modelled
+from simulator.compute.kernel_file import CalibrationError, read_kernels
 from simulator.config.scenario import ScenarioError, from_dict
 from simulator.experiments.runner import compute_model
 from tests.conftest import ROOT

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from simulator import run
 from simulator.base.ir import KernelClass, Op, OpKind, Phase
 from simulator.compute import attention
-from simulator.compute.calibration import read_kernels, without_launch_floor
 from simulator.compute.gemm import TileModel
+from simulator.compute.kernel_file import read_kernels, without_launch_floor
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import ScenarioError, from_dict
 from topologies import GPUS

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simulator import run
 from simulator.base.ir import KernelClass, Op, OpKind, Phase
-from simulator.compute.calibration import launch_floor, read_kernels, without_launch_floor
+from simulator.compute.kernel_file import launch_floor, read_kernels, without_launch_floor
 from simulator.compute.model import ComputeModel
 from simulator.compute.table import KernelTable, leave_one_out, row_op
 from simulator.config.scenario import ScenarioError, from_dict

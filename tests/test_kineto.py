@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.compute.calibration import CalibrationError, modelled
+from simulator.compute.calibration import modelled
+from simulator.compute.kernel_file import CalibrationError
 from simulator.compute.kineto import classify, gemm_shape, kernel_table
 from simulator.config.scenario import from_dict
 from simulator.experiments.runner import compute_model

@@ -73,7 +73,7 @@ class TrainingSpec:
     # host time to issue one kernel (PyTorch eager dispatch and launch): within a
     # pipeline step the GPU cannot run kernels faster than the host issues them
     # (simulator.compute.host). Default: the launch floor of the reference H100
-    # kernel tables, 13.6 us (compute.calibration.launch_floor); CUDA graphs: 0.
+    # kernel tables, 13.6 us (compute.kernel_file.launch_floor); CUDA graphs: 0.
     kernel_launch: float = setting(quantity(units.Dimension.TIME, positive=False), 13.6e-6)
     cuda_graphs: bool = setting(boolean, False)  # one graph per step: no per-kernel launch
     # CPU offloading (Megatron-Core/Transformer Engine): the first N transformer layers

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.compute import calibration
+    from simulator.compute import calibration, kernel_file
     from topologies import GPUS
     from topologies.gpus import CALIBRATION_FIELDS
 
@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
                             f"{', '.join(gpu.peak_flops)} for {gpu.name}")
     out = options.output_file(args.out, "--out")
     try:
-        table, floor = calibration.without_launch_floor(_read(args), gpu, args.precision)
+        table, floor = kernel_file.without_launch_floor(_read(args), gpu, args.precision)
         values = calibration.fit(table, gpu, args.precision)
-    except calibration.CalibrationError as error:
+    except kernel_file.CalibrationError as error:
         raise ScenarioError(str(error)) from None
     guarded(out, lambda: calibration.write_calibration(out, gpu, values, table,
                                                        str(args.kernels), args.precision))
@@ -85,13 +85,13 @@ def _report_table(table, gpu, values, args) -> None:
 def _read(args: argparse.Namespace):
     """The kernel table: a CSV as written, or read from a profiler trace (whose
     mapping is printed, and written with --table)."""
-    from simulator.compute import calibration
+    from simulator.compute import kernel_file
 
     if not str(args.kernels).endswith((".json", ".json.gz")):
         if args.table:
             raise ScenarioError("--table: only a profiler trace is turned into a kernel table "
                                 f"({args.kernels!r} is one already)")
-        return calibration.read_kernels(args.kernels)
+        return kernel_file.read_kernels(args.kernels)
     from simulator.compute.kineto import kernel_table
 
     table, report = kernel_table(args.kernels)
@@ -110,4 +110,4 @@ def _read(args: argparse.Namespace):
         out = options.output_file(args.table, "--table")
         guarded(out, lambda: table.to_csv(out, index=False))
         print(f"kernel table     {args.table}  (use it with cluster.kernel_table: {args.table})")
-    return calibration.checked(table.reset_index(drop=True), args.kernels)
+    return kernel_file.checked(table.reset_index(drop=True), args.kernels)

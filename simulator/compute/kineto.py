@@ -6,7 +6,7 @@ The file users already have: ``torch.profiler`` with CUDA activity and
 kernel event (``cat: kernel``) carries the ``External id`` of the operator that
 launched it (``cat: cpu_op``), whose ``Input Dims`` and ``Input type`` give the
 shapes. One operator call becomes one row of a kernel table
-(``calibration.read_kernels``'s columns), its kernels' GPU times summed:
+(``kernel_file.read_kernels``'s columns), its kernels' GPU times summed:
 
 - GEMMs (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``): (m, n, k) from the
   operands, a batch folded into m;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.compute.calibration import CalibrationError
+from simulator.compute.kernel_file import CalibrationError
 
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 ATTENTION = ("flash_attention", "efficient_attention", "cudnn_attention", "flash_attn")

@@ -32,6 +32,7 @@ import numpy as np
 from simulator.base.ir import ATTENTIONS, GEMMS, HOST_KERNELS, KernelClass, Op, OpKind, Phase
 from simulator.compute.attention import AttentionModel, model_for, resolve
 from simulator.compute.gemm import TileModel
+from simulator.compute.table import for_gpu
 from workloads.precision import ATTENTION_PEAK, ELEMENT_BYTES, high_precision, is_low
 
 
@@ -84,8 +85,6 @@ class ComputeModel:
                 lowp_bytes=ELEMENT_BYTES[precision])
         if gpu.kernel_table is None:
             return roofline
-        from simulator.compute.table import for_gpu
-
         return replace(roofline, table=for_gpu(str(gpu.kernel_table), gpu, high, roofline))
 
     @classmethod

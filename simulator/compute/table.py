@@ -28,7 +28,7 @@ coordinates (natural logs):
   the ``add`` rows; a family the table lacks reads all memory rows.
 
 Tables timed one call at a time (no ``calls`` column, or ``calls`` 1) carry
-the host's launch latency in every row (``calibration.launch_floor``), which
+the host's launch latency in every row (``kernel_file.launch_floor``), which
 is taken off first.
 """
 
@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.base.ir import ATTENTIONS, GEMMS, KernelClass, Op, OpKind, Phase
+from simulator.compute.kernel_file import read_kernels, without_launch_floor
 from workloads.kernels import ATTENTION_BACKWARD_FACTOR
 
 # A row speaks for shapes within a factor of 2 of its own in every dimension:
@@ -107,7 +108,7 @@ class KernelTable:
     @classmethod
     def build(cls, table: pd.DataFrame, roofline, source: str,
               launch_floor: float = 0.0) -> KernelTable:
-        """Corrections of ``table``'s rows (``calibration.read_kernels``, launch
+        """Corrections of ``table``'s rows (``kernel_file.read_kernels``, launch
         floor removed) against ``roofline`` (a ``ComputeModel`` without table)."""
         groups: dict[str, tuple[list, list]] = {}
         for row in table.to_dict("records"):
@@ -172,10 +173,8 @@ def row_op(row: dict) -> tuple[Op, np.ndarray]:
 
 @lru_cache(maxsize=32)
 def read_table(path: str) -> pd.DataFrame:
-    """A kernel table file, checked (``calibration.read_kernels``; cached: a
+    """A kernel table file, checked (``kernel_file.read_kernels``; cached: a
     sweep builds one compute model per case)."""
-    from simulator.compute.calibration import read_kernels
-
     return read_kernels(Path(path))
 
 
@@ -183,8 +182,6 @@ def for_gpu(path: str, gpu, precision: str, roofline) -> KernelTable | None:
     """The table at ``path`` ready for ``roofline`` (the GPU's model at
     ``precision``), its launch floor off; None where the table was measured at
     a precision whose peak differs (an fp8 run keeps the roofline)."""
-    from simulator.compute.calibration import without_launch_floor
-
     rows = read_table(path)
     rows = rows[[gpu.peak_flops.get(d) == gpu.peak(precision) for d in rows["dtype"]]]
     if rows.empty:

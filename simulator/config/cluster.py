@@ -159,7 +159,7 @@ def _kernel_table(path_text: str, gpu: GpuSpec, base_dir: Path | None) -> GpuSpe
     """The GPU with a measured kernel table (``none``: the roofline alone)."""
     if path_text.strip().lower() == "none":
         return dataclasses.replace(gpu, kernel_table=None)
-    from simulator.compute.calibration import CalibrationError
+    from simulator.compute.kernel_file import CalibrationError
     from simulator.compute.table import read_table
 
     path = user_path(path_text, base_dir)
