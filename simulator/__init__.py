@@ -7,6 +7,10 @@ and ``.gantt(path)``. ``simulator.search(path, space, out)`` runs a layout
 search (``clustersim search``) and returns its ranked DataFrame. Imports are
 lazy so that ``simulator.base.ir`` and ``simulator.base.units`` stay light for
 ``workloads`` and ``topologies``.
+
+Its packages, by layer (docs/ARCHITECTURE.md): ``base``, ``network``,
+``collectives`` and ``compute``, ``engine``, ``analysis``, ``outputs``,
+``config``, ``experiments``, ``cli`` (``python -m simulator``: ``__main__``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,13 @@
-"""What runs and how it is parallelised: models, kernels, memory, schedules, one
-module per parallel strategy (``strategies``) and the program builder (``program``).
+"""What runs and how it is parallelised: models (``models``, ``hf_config``), kernels
+(``kernels``), how a model is trained (``training``, ``frameworks``,
+``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
+``dualpipe``, ``moe_overlap``), rank layout (``layout``), gradient buckets
+(``buckets``), MoE token routing (``routing``), offloading (``offload``),
+recompute by module (``recompute``), multi-token prediction (``mtp``), one
+module per parallel strategy (``strategies``), the builder's state (``stage``),
+a layer's pass and a chunk's layers (``layer_passes``), the program builder
+(``program``) and its copying of steps (``stamping``), background traffic
+(``background``) and several jobs' programs merged (``jobs``).
 
 Pure Python: it may import ``simulator.base`` only (no SimPy, no ``topologies``);
 the output is a ``simulator.base.ir.Program``.

@@ -1,6 +1,9 @@
 """Pure analysis of a finished run: interval algebra and per-rank/per-stream
-tables (``timeline``), the critical path, the summary, the communication
-profile (``comms``) and link traffic (``traffic``).
+tables (``timeline``), the critical path (``critical_path``), the summary
+(``summary``), the communication profile (``comms``), link traffic
+(``traffic``), blame (``blame``: the critical path's excess over the ideal
+charged to stragglers, loaded links and other jobs) and the parallel groups
+that leave their NVLink domain (``domains``).
 
 May import ``simulator.base``, ``simulator.network`` and ``simulator.collectives``
 (traffic re-lowers logged calls); draws nothing and writes no file.

@@ -1,7 +1,8 @@
 """The vocabulary every layer shares: the op IR (``ir``), SI unit strings
 (``units``), checked settings (``fields``), strict readers of the files and
 values a user writes (``user_files``), memory estimates that refuse what cannot
-fit (``footprint``) and the program's start (``clock``).
+fit (``footprint``), the program's start (``clock``) and child processes that
+leave with their parent (``processes``).
 
 No SimPy, no other ``simulator`` package: ``workloads`` and ``topologies`` may
 import this package and nothing else of ``simulator``.

@@ -12,6 +12,8 @@
                      [--workers N] [--dask tcp://HOST:8786] [--retry-failed]
     clustersim sweep SWEEP.yaml --out DIR ...   (a file with base, grid, zip)
     clustersim plot DIR --x KEY --y METRIC [--hue KEY | --z METRIC] [--out FILE]
+    clustersim search SCENARIO.yaml [--space FILE] [--tp 1,2 --pp ... --ep ...] [--top N]
+                      [--out DIR] [--workers N] [--dask ADDRESS] [--compare] [--show N]
     clustersim validate [--case NAME ...] [--tag TAG ...] [--csv FILE] [--markdown] [--list]
     clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
@@ -21,6 +23,11 @@ scenario implies, a failed sweep case, a disk full or a file too large while
 writing, memory exhausted); 2 bad input (one line on stderr); 3 internal error
 (a bug: one line on stderr, the traceback saved to a file); 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM): partial outputs removed.
+
+One module per command (``run``, ``collective``, ``gantt``, ``comms``, ``compare``,
+``trace``, ``blame``, ``sweep``, ``plot``, ``validate``, ``calibrate``,
+``presets``, ``search``), registered in ``COMMANDS`` below; ``options`` checks and
+makes every output path before a command works.
 """
 
 from __future__ import annotations

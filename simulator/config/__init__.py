@@ -1,6 +1,9 @@
-"""Scenario files: strict loading into immutable specs, ``--set`` overrides, and
-``ScenarioError`` (one line naming the dotted key, the value and what is allowed).
+"""Scenario files: strict loading into immutable specs (``scenario``, one module per
+section: ``cluster``, ``model``, ``training``, ``network``, ``jobs``), ``--set``
+overrides (``overrides``), and ``ScenarioError`` (one line naming the dotted key,
+the value and what is allowed).
 
 May import ``simulator.base``, ``simulator.collectives`` (algorithm and protocol
-names), ``topologies`` and ``workloads``.
+names), ``simulator.compute`` (kernel-table errors), ``topologies`` and
+``workloads``.
 """

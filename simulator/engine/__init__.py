@@ -1,5 +1,9 @@
-"""The discrete-event engine: the reference core (``core``) and its speed-ups as
-plug-ins, each in its own module with an equivalence test as its contract.
+"""The discrete-event engine: the reference core (``core``), its records
+(``records``; ``call_log``: the communication log) and its speed-ups as plug-ins,
+each in its own module with an equivalence test as its contract (``batching``,
+``layer_spans``, ``folding``, ``gangs``, ``call_groups``, ``exclusive`` with
+``link_sharing``, ``passes``, ``pipeline_streams``), composed by ``assemble``;
+``folded`` holds a folded run's classes and its mates' log rows.
 
 May import ``simulator.base``, ``simulator.network`` and ``simulator.collectives``;
 never ``topologies`` or ``workloads`` (it gets a Program, a placement, compute

@@ -1,4 +1,6 @@
-"""Inter-node network kinds, one module each; ``NETWORKS`` is the registry.
+"""Inter-node network kinds, one module each (``fat_tree``, ``fat_tree_3``,
+``rail_optimized``, ``dragonfly``, ``file``; what every kind provides:
+``base``); ``NETWORKS`` is the registry.
 
 Adding a kind = one module with a ``NetworkSpec`` subclass (settings, ``build``,
 and a ``routing`` if the default does not fit) + one line below.
