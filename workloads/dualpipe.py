@@ -37,31 +37,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.base.ir import DGRAD, DP_STREAM, GEMMS, WGRAD, Collective, Phase
-from workloads.memory import Recompute
 from workloads.schedules import ALL, INPUT, WEIGHT, Schedule, Step
 
 
-def check(model, training, parallel) -> str | None:
-    """Why ``parallelism.moe_overlap: dualpipe`` cannot run (None when it can):
-    the repository's requirements and what is not modelled with it."""
+def needs(training, parallel) -> dict[str, bool]:
+    """DualPipe's own requirements (the repository's, and what is not modelled with
+    it), on top of every expert-parallel overlap's (``moe_overlap.check``): each
+    one's description -> whether it holds."""
     m = parallel.micro_batches(training)
-    need = {"model.experts > 0": model.experts > 0, "parallelism.ep > 1": parallel.ep > 1,
-            "parallelism.moe_token_dispatcher_type: alltoall or flex":
-                parallel.moe_token_dispatcher_type != "allgather",
-            "an even parallelism.pp of at least 2": parallel.pp >= 2 and parallel.pp % 2 == 0,
+    return {"an even parallelism.pp of at least 2": parallel.pp >= 2 and parallel.pp % 2 == 0,
             f"an even number of micro-batches of at least 2 x pp = {2 * parallel.pp} "
             f"(global_batch / (dp x micro_batch) = {m})": m % 2 == 0 and m >= 2 * parallel.pp,
             "parallelism.schedule: 1f1b (DualPipe replaces it)":
                 parallel.schedule is Schedule.ONE_F_ONE_B,
             "parallelism.virtual_stages: 1 (each rank holds its two chunks)":
-                parallel.virtual_stages == 1,
-            "training.recompute other than full": training.recompute is not Recompute.FULL,
-            "no ZeRO-3, FSDP or DeepSpeed ZeRO-3 (not modelled with it)":
-                parallel.zero_stage < 3 and parallel.fsdp is None}
-    missing = [what for what, ok in need.items() if not ok]
-    if missing:
-        return f"parallelism.moe_overlap: 'dualpipe' needs {'; '.join(missing)}"
-    return None
+                parallel.virtual_stages == 1}
 
 
 def schedule(p: int, m: int, rank: int) -> list[tuple[Step, ...]]:

@@ -68,24 +68,27 @@ def extra_warmup(parallel, micro_batches: int) -> int:
 
 
 def check(model, training, parallel) -> str | None:
-    """Why ``parallelism.moe_overlap`` cannot run as set (None when it can), with
-    Megatron-Core's own requirements for ``1f1b`` (DualPipe's: ``dualpipe.check``)."""
-    if parallel.moe_overlap == "none":
+    """Why ``parallelism.moe_overlap`` cannot run as set (None when it can): what
+    every overlap needs, with Megatron-Core's own requirements for ``1f1b`` and
+    DualPipe's for ``dualpipe`` (``dualpipe.needs``)."""
+    mode = parallel.moe_overlap
+    if mode == "none":
         return check_delay(parallel)
-    if parallel.moe_overlap == "dualpipe":
-        return dualpipe.check(model, training, parallel)
     need = {"model.experts > 0": model.experts > 0, "parallelism.ep > 1": parallel.ep > 1,
             "parallelism.moe_token_dispatcher_type: alltoall or flex":
                 parallel.moe_token_dispatcher_type != "allgather",
-            "parallelism.schedule: interleaved when pp > 1 (Megatron-Core requires virtual "
-            "pipeline stages)": parallel.pp == 1 or parallel.schedule is Schedule.INTERLEAVED,
-            "parallelism.schedule: 1f1b or interleaved": parallel.schedule is not Schedule.GPIPE,
+            **(dualpipe.needs(training, parallel) if mode == "dualpipe" else {
+                "parallelism.schedule: interleaved when pp > 1 (Megatron-Core requires "
+                "virtual pipeline stages)":
+                    parallel.pp == 1 or parallel.schedule is Schedule.INTERLEAVED,
+                "parallelism.schedule: 1f1b or interleaved":
+                    parallel.schedule is not Schedule.GPIPE}),
             "training.recompute other than full": training.recompute is not Recompute.FULL,
             "no ZeRO-3, FSDP or DeepSpeed ZeRO-3 (not modelled with it)":
                 parallel.zero_stage < 3 and parallel.fsdp is None}
     missing = [what for what, ok in need.items() if not ok]
     if missing:
-        return f"parallelism.moe_overlap: '1f1b' needs {'; '.join(missing)}"
+        return f"parallelism.moe_overlap: '{mode}' needs {'; '.join(missing)}"
     return None
 
 
