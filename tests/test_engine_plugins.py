@@ -227,6 +227,8 @@ def test_the_registry_composes_and_refuses_unknown_names():
 
 
 @pytest.mark.parametrize("parallelism", PIPELINES + [
+    COMBINED, {**COMBINED, "schedule": "1f1b", "virtual_stages": 1, "moe_overlap": "dualpipe",
+               "training__global_batch": 64},
     dict(pp=2, dp=8, zero=1), dict(pp=4, dp=4, schedule="gpipe"),
     dict(pp=2, dp=8, stage_layers=[3, 5]), dict(pp=2, dp=8, zero=3),
     dict(pp=2, dp=8, fsdp={"sharding": "full_shard"}), dict(tp=2, pp=2, dp=4, cp=1,
@@ -235,13 +237,20 @@ def test_the_registry_composes_and_refuses_unknown_names():
 def test_stamped_steps_build_the_same_program(parallelism, monkeypatch):
     """The builder copies a step of a kind from its first instance (``stamping.Pattern``)
     where nothing but the ops and the stage's ready state change: the program is
-    the one built step by step."""
+    the one built step by step (combined steps of two micro-batches too), and it
+    does copy steps."""
     import workloads.program as builder
     scenario = from_dict(tiny(**parallelism))
+    copies, stamp = [], builder.stamping.Pattern.stamp  # (whether each copy spans two)
+    monkeypatch.setattr(builder.stamping.Pattern, "stamp", lambda self, b, mb: copies.append(
+        any(op[4] not in (None, 0) for op in self.ops)) or stamp(self, b, mb))
     stamped = build_program(scenario.model, scenario.training, scenario.parallel)
+    assert bool(copies) == builder.stamping.stampable(builder.make_context(
+        scenario.model, scenario.training, scenario.parallel))
+    assert any(copies) == (scenario.parallel.moe_overlap != "none")
     monkeypatch.setattr(builder, "STAMP", False)
     built = build_program(scenario.model, scenario.training, scenario.parallel)
-    assert stamped == built
+    assert (stamped.ops, stamped.steps, stamped.groups) == (built.ops, built.steps, built.groups)
 
 
 def test_driven_streams_hand_back_what_they_do_not_handle():

@@ -252,20 +252,22 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     made: dict[tuple, stamping.Pattern | None] = {}  # step key -> its first instance, as a pattern
     stampable = STAMP and stamping.stampable(ctx)
     for pair in _schedule(ctx, stage):
-        if len(pair) == 2:  # (two micro-batches: built each time, not stamped)
-            first = len(b.ops)
-            moe_overlap.combine(b, *pair, _step)
-            b.steps.append((first, len(b.ops), moe_overlap.key(pair, partial(_step_key, ctx))))
-            continue
-        step = pair[0]
-        first, key = len(b.ops), _step_key(ctx, step)
-        stamps = stampable and step.part == ALL  # (a split's held weights are state)
+        first = len(b.ops)
+        if len(pair) == 2:  # a forward and a backward as one step: the backward's first
+            key = moe_overlap.key(pair, partial(_step_key, ctx))
+            mbs = (pair[1].microbatch, pair[0].microbatch)
+        else:
+            key, mbs = _step_key(ctx, pair[0]), (pair[0].microbatch,)
+        stamps = stampable and all(s.part == ALL for s in pair)  # (held weights are state)
         pattern = made.get(key) if stamps else None
-        if pattern is None or not pattern.stamp(b, step.microbatch):
+        if pattern is None or not pattern.stamp(b, mbs[0]):
             entry = (*b.ready, b.last_compute)
-            _step(b, step)
+            if len(pair) == 2:
+                moe_overlap.combine(b, *pair, _step)
+            else:
+                _step(b, pair[0])
             if stamps and key not in made:
-                made[key] = stamping.Pattern.of(b, first, step.microbatch, entry)
+                made[key] = stamping.Pattern.of(b, first, mbs, entry)
         b.steps.append((first, len(b.ops), key))
     _finish_stage(b)
     return b

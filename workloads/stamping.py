@@ -39,10 +39,12 @@ class Pattern:
         self.entry = entry  # which of the state's entries were set (not None)
 
     @classmethod
-    def of(cls, b: Stage, first: int, mb: int, entry: tuple) -> Pattern | None:
-        """The pattern of ``b``'s ops from ``first`` on, built for micro-batch ``mb``
-        from the state ``entry`` (the ready ops, then the last compute); None where a
-        dependency points elsewhere (it cannot be moved)."""
+    def of(cls, b: Stage, first: int, mbs: tuple[int, ...], entry: tuple) -> Pattern | None:
+        """The pattern of ``b``'s ops from ``first`` on, built for the micro-batches
+        ``mbs`` (one; a combined step's two: the first is the one ``stamp`` is given,
+        the others keep their distance from it) from the state ``entry`` (the ready
+        ops, then the last compute); None where a dependency points elsewhere (it
+        cannot be moved)."""
         where = {d: -1 - n for n, d in enumerate(entry) if d is not None}
         where.update({i: i - first for i in range(first, len(b.ops))})
         ops = []
@@ -51,7 +53,8 @@ class Pattern:
                 return None
             deps = tuple(where[d] for d in op.deps)
             ops.append((op[:4], deps, all(d >= 0 for d in deps), op[5:11],
-                        op.microbatch == mb, op.microbatch, op[12:]))
+                        op.microbatch - mbs[0] if op.microbatch in mbs else None,
+                        op.microbatch, op[12:]))
         after = (*b.ready, b.last_compute)
         if any(d is not None and d not in where for d in after):
             return None
@@ -59,7 +62,8 @@ class Pattern:
                    tuple(None if d is None else where[d] for d in after))
 
     def stamp(self, b: Stage, mb: int) -> bool:
-        """Append the pattern's ops for micro-batch ``mb`` after ``b``'s ops, from
+        """Append the pattern's ops for micro-batch ``mb`` (a combined step's first:
+        the other at the same distance) after ``b``'s ops, from
         ``b``'s state now (False, nothing appended, when that state has another
         shape), and leave ``b`` in the state the step leaves."""
         entry = (*b.ready, b.last_compute)
@@ -70,7 +74,8 @@ class Pattern:
         for pre, deps, inside, mid, own, other, post in self.ops:
             moved = tuple(map(add, deps)) if inside else tuple(
                 base + d if d >= 0 else entry[-1 - d] for d in deps)
-            ops.append(_new(Op, (*pre, moved, *mid, mb if own else other, *post)))
+            ops.append(_new(Op, (*pre, moved, *mid, other if own is None else mb + own,
+                                 *post)))
         after = [None if d is None else base + d if d >= 0 else entry[-1 - d]
                  for d in self.after]
         b.ready, b.last_compute = after[:-1], after[-1]

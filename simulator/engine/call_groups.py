@@ -29,7 +29,10 @@ hop) and its expert replicas' gradient reductions and parameter gathers
 (the DeepSeek-V3 benchmark on 2,048 GPUs: 460 k events -> 229 k; its recipe
 with DeepEP's two hops and DualPipe 4.75 M -> 0.67 M, the same timeline).
 The cache of batches is keyed by the call's name too: a DeepEP dispatch and
-combine of one size are logged under their own names.
+combine of one size are logged under their own names. A batch moves only the
+representative's call counter; the other groups' counters catch up when a
+call of the same groups goes the reference way (``_catch_up``), the only
+place they are read.
 
 Contract: ``tests/test_engine_plugins.py::test_a_plugin_gives_the_reference_timeline``
 (every combination with ``call_groups``) and ``tests/test_symmetry.py`` (every
@@ -38,17 +41,17 @@ rank's spans and the log equal the full run's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.base.ir import Op
-from simulator.engine.gangs import Gangs
+from simulator.engine.gangs import LOCKSTEP_TOLERANCE, Gangs
 
 
 @dataclass(frozen=True)
 class CallGroup:
     """How a gang's call on one dimension runs as a batch (cached per call kind)."""
 
-    counters: tuple[int, ...]  # per group: the member whose call counter numbers it
     members: tuple[tuple[int, ...], ...]  # per group: its members (for the lockstep check)
     own: int  # position of the representative's own group
     plan: int  # the mates' block plan (``Gangs._plan``)
@@ -67,17 +70,46 @@ class CallGroups(Gangs):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._call_groups: dict[tuple, CallGroup | None] = {}
+        self._behind: set[tuple[int, str]] = set()  # (rep, dimension): mates' counters lag
 
     def _collective(self, rank: int, op_index: int, op: Op):
         batch = self._call_group(rank, op)
         if batch is None:
+            if (rank, op.group) in self._behind:
+                self._catch_up(rank, op.group)
             yield from super()._collective(rank, op_index, op)
             return
         start = self.env.now
         seq = self._seq[rank].get(op.group, 0)
-        for counter in batch.counters:  # as each group's own call would number it
-            self._seq[counter][op.group] = seq + 1
+        self._seq[rank][op.group] = seq + 1
+        self._behind.add((rank, op.group))
         ends = [start] * len(batch.members)
+        if len(batch.parts) == 1:  # one latency: its parts are the groups, in order
+            (latency, _, calls, key), = batch.parts
+            yield self.network.transfer_group(calls, key, ends, latency)
+        else:
+            yield from self._by_latencies(batch, ends)
+        row = len(self.collectives) + batch.own
+        self.collectives.block(batch.heads, seq, start, ends=ends)
+        self._record(rank, op, start, start, ends[batch.own], row)
+        late = max(ends)
+        if late - min(ends) > LOCKSTEP_TOLERANCE * max(late, 1e-6):  # (seldom: look closer)
+            self._check_lockstep(rank, op, list(zip(batch.members, ends, strict=True)))
+        self.mate_blocks.setdefault(rank, {})[row] = batch.plan
+        self._finish(rank, op_index, late)
+
+    def _catch_up(self, rank: int, dim: str) -> None:
+        """Number the next call of every ``dim`` group of ``rank``'s gang as its own
+        call counter would have (a batch moves only the representative's: the
+        others' are read only where a call of the same groups goes the reference
+        way, and the gang holds those groups whole, so they always move together)."""
+        seq = self._seq[rank].get(dim, 0)
+        for members in self._gang_groups(rank, dim)[0].values():
+            self._seq[members[0]][dim] = seq
+        self._behind.discard((rank, dim))
+
+    def _by_latencies(self, batch: CallGroup, ends: list[float]):
+        """A batch of several latencies: a transfer each, ``ends`` per group."""
         waits = []
         for latency, positions, calls, key in batch.parts:
             part_ends = [0.0] * len(positions)
@@ -87,12 +119,6 @@ class CallGroups(Gangs):
         for _, positions, part_ends in waits:
             for position, end in zip(positions, part_ends, strict=True):
                 ends[position] = end
-        row = len(self.collectives) + batch.own
-        self.collectives.block(batch.heads, seq, start, ends=ends)
-        self._record(rank, op, start, start, ends[batch.own], row)
-        self._check_lockstep(rank, op, list(zip(batch.members, ends, strict=True)))
-        self.mate_blocks.setdefault(rank, {})[row] = batch.plan
-        self._finish(rank, op_index, max(ends))
 
     def _call_group(self, rank: int, op: Op) -> CallGroup | None:
         """``rank``'s gang's call ``op`` as a batch: when the gang holds two or more
@@ -111,12 +137,12 @@ class CallGroups(Gangs):
                        for m in whole]
             if all(low.steps == 1 for low in lowered):
                 batch = CallGroup(
-                    counters=tuple(held[g][0] for g in held), members=tuple(whole), own=own,
+                    members=tuple(whole), own=own,
                     plan=plan,
                     heads=[(op.group, g, op.collective.value, op.name, len(m), op.bytes,
                             low.algorithm.value, low.protocol.value, low.channels)
                            for g, m, low in zip(held, whole, lowered, strict=True)],
-                    parts=_by_latency(lowered))
+                    parts=_by_latency(lowered, self.network.batch_key))
         self._call_groups[key] = batch
         return batch
 
@@ -129,14 +155,15 @@ class CallGroups(Gangs):
         return len({self.fabric.node_of(self.placement[r]) for r in members}) == 1
 
 
-def _by_latency(lowered: list) -> tuple[tuple[float, tuple[int, ...], list, tuple], ...]:
+def _by_latency(lowered: list, short: Callable[[tuple], tuple]
+                ) -> tuple[tuple[float, tuple[int, ...], list, tuple], ...]:
     """The groups' lowerings batched per latency (a batch adds one latency to every
     part): (latency, positions, (routes, sizes) per position, a shape key naming
-    the batch's flows for the network's caches)."""
+    the batch's flows for the network's caches, made ``short``)."""
     batches: dict[float, list[int]] = {}
     for position, low in enumerate(lowered):
         batches.setdefault(low.latency, []).append(position)
     return tuple((latency, tuple(positions),
                   [(lowered[p].routes, lowered[p].sizes) for p in positions],
-                  ("call group", *(lowered[p].key for p in positions)))
+                  short(("call group", *(lowered[p].key for p in positions))))
                  for latency, positions in batches.items())

@@ -15,6 +15,8 @@ every row had been appended: ``len`` counts rows, not entries.
 
 from __future__ import annotations
 
+from itertools import chain
+
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -52,14 +54,15 @@ class CallLog:
         ``(group, group_index, *rest)`` of ``heads``, as one entry; each row ends
         at ``start`` plus its ``durations`` (fixed per ``heads``) or at its
         ``ends``. ``heads`` is kept by reference: pass the same list for the same
-        rows."""
+        rows; so is ``ends`` (turned into numbers with the rest in ``frame``): it
+        must not change afterwards."""
         template = self._template_of.get(id(heads))
         if template is None:
             template = self._template_of[id(heads)] = len(self._templates)
             self._templates.append((heads, None if durations is None else
                                     np.asarray(durations, dtype=float)))
         self._blocks.append((self._count, template, seq, start,
-                             None if ends is None else np.asarray(ends, dtype=float)))
+                             ends))
         self._count += len(heads)
 
     def frame(self, columns: Sequence[str]) -> pd.DataFrame:
@@ -121,8 +124,8 @@ class CallLog:
             elif durations is not None:
                 out[rows] = np.repeat(begin, len(heads)) + np.tile(durations, len(mine))
             else:
-                out[rows] = np.concatenate([ends[b] for b in mine]) if len(
-                    mine) else np.empty(0)
+                out[rows] = np.fromiter(chain.from_iterable(ends[b] for b in mine.tolist()),
+                                        float, count=len(rows))
         return out
 
 

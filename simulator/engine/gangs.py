@@ -317,7 +317,7 @@ class Gangs(Engine):
             plan = self._send_plans[cache_key] = [
                 (latency, batch, [(lowered.routes, lowered.sizes) for _, lowered in batch],
                  batch[0][1].key if len(batch) == 1 else
-                 ("batch", *(lowered.key for _, lowered in batch)))
+                 self.network.batch_key(tuple(lowered.key for _, lowered in batch)))
                 for latency, batch in batches.items()]
         return plan
 

@@ -27,6 +27,18 @@ from simulator.network.maxmin import fluid_finish_times
 class BatchNetwork(Network):
     """A Network that can also start a batch of transfers at once."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._keys: dict[tuple, tuple[str, int]] = {}
+
+    def batch_key(self, key: tuple) -> tuple[str, int]:
+        """A short key for a batch's shape key (its parts' keys: long tuples, hashed
+        at every start and in every rate cache key otherwise)."""
+        short = self._keys.get(key)
+        if short is None:
+            short = self._keys[key] = ("batch", len(self._keys))
+        return short
+
     def transfer_batch(self, calls: Sequence[tuple[Sequence[Sequence[int]], Sequence[float]]],
                        key: Hashable | None = None, then: float = 0.0,
                        events: list[simpy.Event] | None = None) -> list[simpy.Event]:
@@ -113,7 +125,11 @@ class BatchNetwork(Network):
                 self._fire(t, p)
 
     def _parts_finished(self, t: _Transfer, finished: np.ndarray) -> None:
-        for p in [p for p in t.parts if finished[t.shape.part_flows[p]].all()]:
+        """Fire the parts none of whose flows is still running (counted per part
+        at once: a gang's message group has a part per mate)."""
+        running = np.bincount(t.shape.part_of[~finished], minlength=len(t.shape.part_flows))
+        for p in [p for p, left in zip(t.parts, running[list(t.parts)].tolist(),
+                                       strict=True) if not left]:
             self._fire(t, p)
 
     def _fire(self, t: _Transfer, part: int) -> None:

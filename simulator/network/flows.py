@@ -41,11 +41,13 @@ def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None
 class _Shape:
     """The flows of a transfer as arrays, shared by every transfer of one call shape."""
 
-    __slots__ = ("size", "pair_flow", "pair_link", "links", "part_flows", "part_ends")
+    __slots__ = ("size", "pair_flow", "pair_link", "links", "part_flows", "part_of",
+                 "part_ends")
 
     def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
         self.size = np.asarray(sizes, dtype=float)
         self.part_flows: list[np.ndarray] | None = None  # batches (``batches``): per part
+        self.part_of: np.ndarray | None = None  # batches: per flow, its part
         self.part_ends: tuple | None = None  # batches: parts grouped by their ends
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
         self.pair_flow = np.repeat(np.arange(len(routes)), lengths)
@@ -66,8 +68,14 @@ class _Transfer:
         self.ends: list[float] | None = None  # a group's (batches): when each part ended
         self.size, self.pair_flow = shape.size, shape.pair_flow
         self.pair_link, self.links = shape.pair_link, shape.links
-        self.remaining = self.size.copy()
-        self.rate = np.zeros(len(self.size))
+        self.remaining: np.ndarray | None = None  # bytes left, rates: once it shares links
+        self.rate: np.ndarray | None = None  # (``_shared``; a solo run needs neither)
+
+
+def _shared(t: _Transfer, remaining: np.ndarray) -> _Transfer:
+    """``t`` about to share links: the bytes each flow has left, no rate yet."""
+    t.remaining, t.rate = remaining, np.zeros(len(t.size))
+    return t
 
 
 class _Component:
@@ -92,9 +100,10 @@ class Network:
     def __init__(self, env: simpy.Environment, capacity: np.ndarray) -> None:
         self.env = env
         self.capacity = capacity
-        self._component_of = np.full(len(capacity), -1, dtype=np.int64)  # per link
+        # per link: the solo transfer or the component using it, by id (-1: free);
+        # the two share one numbering, so one look at a start tells whether it is alone
+        self._holder = np.full(len(capacity), -1, dtype=np.int64)
         self._components: dict[int, _Component] = {}
-        self._owner = np.full(len(capacity), -1, dtype=np.int64)  # solo transfer per link
         self._solos: dict[int, _Transfer] = {}
         self._next_id = 0
         self._durations: dict[Hashable, float] = {}
@@ -118,8 +127,7 @@ class Network:
             active += component.transfers
         self._solos.clear()
         self._components.clear()
-        self._owner[:] = -1
-        self._component_of[:] = -1
+        self._holder[:] = -1
         self.capacity = capacity
         dead = capacity <= 0
         self._dead, self._reroute = (dead if dead.any() else None), reroute
@@ -138,7 +146,7 @@ class Network:
         routes = [t.pair_link[t.pair_flow == f].tolist() for f in range(len(t.size))]
         routes = [list(self._reroute(r)) if self._dead[r].any() else r for r in routes]
         shape = _Shape(routes, t.size)
-        shape.part_flows = t.shape.part_flows
+        shape.part_flows, shape.part_of = t.shape.part_flows, t.shape.part_of
         t.shape, t.key = shape, None  # (its own shape: nothing cached under its old key)
         t.pair_flow, t.pair_link, t.links = shape.pair_flow, shape.pair_link, shape.links
         return t
@@ -165,15 +173,16 @@ class Network:
     def _start(self, t: _Transfer) -> None:
         """Run ``t`` (on routes that avoid failed links) solo if its links are free,
         else in a component with their users."""
-        owners = self._owner[t.links]
-        touched = self._component_of[t.links]
-        if owners.max() < 0 and touched.max() < 0:  # every link free (the common case)
+        holders = self._holder[t.links]
+        if holders.max() < 0:  # every link free (the common case)
             self._start_solo(t)
             return
-        solos = np.unique(owners[owners >= 0])
-        components = np.unique(touched[touched >= 0])
-        merged = [t] + [self._from_solo(self._solos.pop(i)) for i in solos.tolist()]
-        for ident in components.tolist():
+        users = sorted(set(holders[holders >= 0].tolist()))  # (few: faster than np.unique)
+        solos = [i for i in users if i in self._solos]
+        components = [i for i in users if i not in self._solos]
+        merged = [_shared(t, t.size.copy())]
+        merged += [self._from_solo(self._solos.pop(i)) for i in solos]
+        for ident in components:
             component = self._components.pop(ident)
             self._advance(component)
             merged += component.transfers
@@ -196,8 +205,9 @@ class Network:
                 return None
             shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
             if part_of is not None:  # a batch (``batches``): each part's flows
-                kept = np.asarray([part_of[i] for i in keep])
+                kept = np.asarray([part_of[i] for i in keep], dtype=np.int64)
                 shape.part_flows = [np.flatnonzero(kept == p) for p in range(parts)]
+                shape.part_of = kept
             if key is not None:
                 self._shapes[key] = shape
         return shape
@@ -220,7 +230,7 @@ class Network:
         duration = self._alone_duration(t, t.key)
         ident = self._new_id()
         self._solos[ident] = t
-        self._owner[t.links] = ident
+        self._holder[t.links] = ident
         self.env.timeout(duration).callbacks.append(lambda _event: self._solo_done(ident))
         self._solo_started(ident, t, duration)
 
@@ -231,7 +241,7 @@ class Network:
         t = self._solos.pop(ident, None)
         if t is None:
             return  # it joined a component before its solo end
-        self._owner[t.links] = -1
+        self._holder[t.links] = -1
         self._complete(t)
 
     def _complete(self, t: _Transfer) -> None:
@@ -243,10 +253,9 @@ class Network:
 
     def _from_solo(self, t: _Transfer) -> _Transfer:
         """A solo transfer about to share links, with the bytes it has left now."""
-        self._owner[t.links] = -1
-        _, t.remaining = fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size,
-                                        until=self.env.now - t.start)
-        return t
+        self._holder[t.links] = -1
+        return _shared(t, fluid_progress(t.pair_flow, t.pair_link, self.capacity, t.size,
+                                         until=self.env.now - t.start)[1])
 
     def _new_component(self, transfers: list[_Transfer]) -> int:
         ident = self._new_id()
@@ -254,7 +263,7 @@ class Network:
         component.transfers = transfers
         self._components[ident] = component
         for t in transfers:
-            self._component_of[t.links] = ident
+            self._holder[t.links] = ident
         return ident
 
     def _advance(self, component: _Component) -> None:
@@ -273,7 +282,7 @@ class Network:
             if t.parts:
                 self._parts_finished(t, finished)
             if finished.all():
-                self._component_of[t.links] = -1
+                self._holder[t.links] = -1
                 self._complete(t)
             else:
                 live.append(t)
@@ -282,7 +291,7 @@ class Network:
             del self._components[ident]
             return
         for t in live:  # links of finished transfers may be shared with live ones
-            self._component_of[t.links] = ident
+            self._holder[t.links] = ident
         self._assign_rates(live)
         waits = [np.min(t.remaining[t.remaining > 0] / t.rate[t.remaining > 0]) for t in live]
         component.generation += 1

@@ -26,7 +26,7 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
     """
     if len(pair_flow) <= SMALL:
         return _max_min_small(pair_flow.tolist(), pair_link.tolist(), capacity, flows)
-    used_links, pair_link = np.unique(pair_link, return_inverse=True)  # only links in use
+    used_links, pair_link = _compact(pair_link)  # only links in use
     rates = np.zeros(flows)
     frozen = np.zeros(flows, dtype=bool)
     remaining = capacity[used_links].astype(float)
@@ -39,13 +39,29 @@ def max_min_rates(pair_flow: np.ndarray, pair_link: np.ndarray, capacity: np.nda
         share[used] = np.maximum(remaining[used], 0.0) / counts[used]
         level = share.min()
         bottleneck = share <= level * (1.0 + 1e-12)
-        newly = np.unique(pair_flow[active & bottleneck[pair_link]])
+        newly = np.zeros(flows, dtype=bool)  # (a mask: no sort, as np.unique would)
+        newly[pair_flow[active & bottleneck[pair_link]]] = True
         rates[newly] = level
         frozen[newly] = True
         leaving = active & frozen[pair_flow]
         remaining -= level * np.bincount(pair_link[leaving], minlength=links)
         active &= ~leaving
     return rates
+
+
+def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, sorted, and each value's index among them: what
+    ``np.unique(values, return_inverse=True)`` gives, in half its time.
+
+    >>> [a.tolist() for a in _compact(np.array([7, 3, 7, 5]))]
+    [[3, 5, 7], [2, 0, 2, 1]]
+    """
+    ordered = np.sort(values)
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    distinct = ordered[first]
+    return distinct, np.searchsorted(distinct, values)
 
 
 SMALL = 80  # below this many (flow, link) pairs plain Python beats numpy's call overhead
