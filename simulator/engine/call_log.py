@@ -15,9 +15,8 @@ every row had been appended: ``len`` counts rows, not entries.
 
 from __future__ import annotations
 
-from itertools import chain
-
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 import pandas as pd
