@@ -13,17 +13,15 @@ import time
 from simulator.base.ir import Collective
 from simulator.collectives.nccl import Algorithm
 from simulator.collectives.nccl_tests import bus_factor, time_alone
-from simulator.collectives.tuner import Collectives
-from simulator.network.fabric import Fabric
+from simulator.collectives.states import FabricStates
 from topologies import CLUSTERS, build_cluster
 
 
 def one(gpus: int, size: int) -> None:
     start = time.perf_counter()
-    graph = build_cluster(CLUSTERS["dgx-a100"], max(1, gpus // 8))
-    fabric = Fabric(graph)
-    members = graph.graph["gpus"][:gpus]
-    tuner = Collectives(fabric, Algorithm.RING)
+    fabrics = FabricStates.build(build_cluster(CLUSTERS["dgx-a100"], max(1, gpus // 8)),
+                                 algorithm=Algorithm.RING)
+    fabric, tuner, members = fabrics.fabric, fabrics.lowering, fabrics.gpus[:gpus]
     seconds, events, _, protocol = time_alone(fabric, tuner, Collective.ALL_REDUCE, members,
                                               size)
     wall = time.perf_counter() - start

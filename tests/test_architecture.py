@@ -184,3 +184,41 @@ def test_the_docstring_check_finds_an_unnamed_module(tmp_path):
     (tmp_path / "a.py").write_text("")
     (tmp_path / "b.py").write_text("")
     assert unnamed_modules(tmp_path / "__init__.py") == ["b"]
+
+
+def test_a_new_fabric_kind_is_one_module_and_one_registry_line(monkeypatch, small):
+    """ARCHITECTURE.md's first row, checked: a ``NetworkSpec`` subclass put in the
+    ``NETWORKS`` registry and nowhere else is a scenario's ``cluster.fabric.type``,
+    its own settings read and checked from its fields, and it runs end to end."""
+    from dataclasses import dataclass
+    from types import MappingProxyType
+
+    import simulator.config.cluster as cluster_config
+    import topologies.builder as builder
+    import topologies.networks as networks
+    from simulator import run
+    from simulator.base.fields import ScenarioError, integer, setting
+    from topologies.links import link, switch
+    from topologies.networks.base import NetworkSpec
+
+    @dataclass(frozen=True)
+    class Star(NetworkSpec):
+        """Every NIC on one switch (a toy kind: the test's module)."""
+
+        name = "star"
+        hub_level: int = setting(integer(1), 1)
+
+        def build(self, graph, nics, wire) -> None:
+            hub = switch(graph, "hub", self.hub_level)
+            for _, _, nic in nics:
+                link(graph, nic, hub, wire, "network")
+
+    registry = MappingProxyType({**networks.NETWORKS, Star.name: Star})  # the one line
+    for module in (networks, cluster_config, builder):  # (each holds the same registry)
+        monkeypatch.setattr(module, "NETWORKS", registry)
+    small["cluster"]["fabric"] = {"type": "star", "hub_level": 2}
+    summary = run(small).summary
+    assert summary["gpus"] == 16 and summary["iteration_time_s"] > 0
+    small["cluster"]["fabric"] = {"type": "star", "hub_level": 0}
+    with pytest.raises(ScenarioError, match=r"^cluster.fabric.hub_level: 0"):
+        run(small)

@@ -11,7 +11,7 @@ import pytest
 
 from simulator.collectives.tuner import Collectives
 from simulator.config.scenario import from_dict
-from simulator.engine.assemble import PLUGINS, engine_class
+from simulator.engine.assemble import PLUGINS, engine_class, valid, valid_plans
 from simulator.engine.core import Engine
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import alone_calls, exclusive_dimensions
@@ -21,15 +21,9 @@ from simulator.network.fabric import Fabric
 from tests.test_parallelism import tiny
 from workloads.program import build_program
 
-COMBINATIONS = [("batching",), ("folding",), ("batching", "folding"), ("gangs",),
-                ("batching", "gangs"), ("gangs", "call_groups"),
-                ("batching", "gangs", "call_groups"), ("gangs", "exclusive_links"),
-                ("batching", "gangs", "exclusive_links"),
-                ("batching", "gangs", "call_groups", "exclusive_links"),
-                ("batching", "gangs", "exclusive_links", "passes"),
-                ("batching", "gangs", "call_groups", "exclusive_links", "passes"),
-                ("batching", "gangs", "call_groups", "exclusive_links", "passes",
-                 "pipeline_streams")]
+# every plan a run may use (the method choice builds no other), and gangs on their
+# own, the part that call_groups and exclusive_links build on
+COMBINATIONS = [*valid_plans(), ("gangs",), ("batching", "gangs")]
 PIPELINES = [dict(tp=8, pp=2), dict(tp=8, pp=2, schedule="interleaved", virtual_stages=2,
                                     sequence_parallel=True),
              dict(tp=8, pp=2, training__recompute="full", training__micro_batch=2),
@@ -56,7 +50,7 @@ def _spans(result, nodes) -> pd.DataFrame:
     return spans if result.expand is None else result.expand(spans, nodes=nodes)
 
 
-@pytest.mark.parametrize("names", COMBINATIONS, ids="+".join)
+@pytest.mark.parametrize("names", COMBINATIONS, ids=lambda names: "+".join(names) or "core")
 @pytest.mark.parametrize("parallelism", [dict(tp=8, dp=2), dict(tp=2, pp=2, dp=4)],
                          ids=["tp8-dp2", "tp2-pp2-dp4"])
 def test_a_plugin_gives_the_reference_timeline(names, parallelism):
@@ -74,6 +68,10 @@ def test_a_plugin_gives_the_reference_timeline(names, parallelism):
                                 **options).run()
     a, b = _spans(reference, nodes), _spans(fast, nodes)
     a = a[a["rank"].isin(b["rank"].unique())].reset_index(drop=True)
+    if "layer_spans" in names:  # a layer's kernels are one span: the rest span for span
+        assert b["end"].max() == pytest.approx(a["end"].max(), rel=1e-12)
+        a, b = (x[x["kind"] != "compute"].astype({"kind": str, "name": str}).reset_index(
+            drop=True) for x in (a, b))
     assert len(a) == len(b) and (a["rank"] == b["rank"]).all()
     assert (a["kind"] == b["kind"]).all() and (a["name"] == b["name"]).all()
     assert b["end"].to_numpy() == pytest.approx(a["end"].to_numpy(), rel=1e-9)
@@ -268,3 +266,20 @@ def test_driven_streams_hand_back_what_they_do_not_handle():
     assert len(a) == len(b) and (a["name"] == b["name"]).all()
     assert b["end"].to_numpy() == pytest.approx(a["end"].to_numpy(), rel=1e-9)
     assert len(fast.collectives) == len(reference.collectives)
+
+
+def test_the_plans_are_the_rules_and_the_choice_builds_no_other():
+    """``valid_plans`` holds the 13 plans the method choice can build (the reference,
+    compute planning alone, folding, gangs with call groups and exclusive links,
+    replayed steps with driven streams) and nothing the rules refuse; a Method
+    with another set of plug-ins is an internal error."""
+    from simulator.engine.records import SimulationError
+    from simulator.experiments.symmetry import Method
+
+    plans = valid_plans()
+    assert len(plans) == 13 and len(set(map(frozenset, plans))) == 13
+    assert ("batching", "gangs") not in plans and valid(("batching", "gangs", "call_groups"))
+    assert not valid(("batching", "folding", "gangs", "call_groups"))
+    assert not valid(("gangs", "call_groups", "exclusive_links", "passes", "batching"))
+    with pytest.raises(SimulationError, match="not a valid plan"):
+        Method(("batching", "gangs"))

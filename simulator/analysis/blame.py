@@ -27,16 +27,17 @@ every other member waited for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from simulator.analysis.traffic import step_counters
+from simulator.analysis.link_load import CALL_KEYS, Context, LinkLoad, link_load
 
 MIN_EXCESS = 0.01  # a span within 1 % of its ideal is charged to nothing
 TOP = 8  # causes kept in the summary
+ANALYSED = 16  # kinds of call on the critical path whose links' loads are worked out
 
 
 @dataclass
@@ -81,42 +82,6 @@ def ranks_to_blame(last: pd.DataFrame) -> pd.DataFrame:
                                    caused_wait_s=("waited_s", "sum")).reset_index()
     return out.sort_values(["caused_wait_s", "rank"], ascending=[False, True],
                            ignore_index=True)
-
-
-class LinkLoad:
-    """Bytes per second on each link over time, every call's bytes spread evenly
-    over its run (as ``analysis.traffic``): ``bytes(link, start, end)``."""
-
-    def __init__(self, rows: Mapping[int, tuple[np.ndarray, np.ndarray, np.ndarray]]):
-        """``rows``: per link, (starts, ends, bytes) of the calls crossing it."""
-        self._area: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for link, (start, end, size) in rows.items():
-            keep = end > start
-            rate = size[keep] / (end[keep] - start[keep])
-            times, values = step_counters(np.concatenate([start[keep], end[keep]]),
-                                          np.concatenate([rate, -rate]))
-            area = np.concatenate([[0.0], np.cumsum(values[:-1] * np.diff(times))])
-            self._area[link] = (times, area)
-
-    @property
-    def links(self) -> list[int]:
-        return sorted(self._area)
-
-    def bytes(self, link: int, start: float, end: float) -> float:
-        times, area = self._area.get(link, (None, None))
-        if times is None or len(times) < 2:
-            return 0.0
-        a, b = np.interp([start, end], times, area)
-        return float(b - a)
-
-    def matrix(self, links: Sequence[int], edges: np.ndarray) -> np.ndarray:
-        """Bytes per second of each of ``links`` averaged over each bin of ``edges``."""
-        out = np.zeros((len(links), len(edges) - 1))
-        for i, link in enumerate(links):
-            times, area = self._area.get(link, (None, None))
-            if times is not None and len(times) >= 2:
-                out[i] = np.diff(np.interp(edges, times, area)) / np.diff(edges)
-        return out
 
 
 def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
@@ -183,3 +148,81 @@ def path_causes(path: pd.DataFrame, spans: pd.DataFrame,
             detail = f"{detail}; {load_text} at worst".lstrip("; ")
         causes.append(Cause(kind, name, seconds, detail))
     return sorted(causes, key=lambda c: (-c.seconds, c.kind, c.name))
+
+
+def work_of(speed, clocks: dict | None):
+    """A function (rank, start, end) -> full-speed seconds of compute its GPU did
+    then (``analysis.blame``), or None when every GPU runs at full speed."""
+    if speed is None and not clocks:
+        return None
+    clocks = clocks or {}
+
+    def work(rank: int, start: float, end: float) -> float:
+        clock = clocks.get(rank)
+        done = end - start if clock is None else clock.work(start, end)
+        return done / (1.0 if speed is None else float(speed[rank]))
+    return work
+
+
+def causes(spans: pd.DataFrame, comms: pd.DataFrame, path: pd.DataFrame,
+           context: Context, analysed: int = ANALYSED) -> list:
+    """The ranked causes of the critical path's excess (``analysis.blame``): link
+    loads are worked out for the ``analysed`` kinds of call (same group, size and
+    fabric state) that lost the most time on the path; the rest is charged to
+    "other calls"."""
+    on_path = path[(path["category"] == "communication") & (path["span"] >= 0)]
+    calls = spans["call"].to_numpy()[on_path["span"].to_numpy(int)] if len(on_path) else []
+    calls = np.asarray(calls, dtype=np.int64)
+    distinct = np.unique(calls[calls >= 0])
+    rows = comms.iloc[distinct]
+    kind_of = {int(c): (call, int(st)) for c, call, st in zip(
+        distinct.tolist(), rows[CALL_KEYS].itertuples(index=False, name=None),
+        context.state_at(rows["start"].to_numpy()).tolist(), strict=True)}
+    lost: dict[tuple, float] = {}
+    for call, start, end in zip(calls.tolist(), on_path["start"].tolist(),
+                                on_path["end"].tolist(), strict=True):
+        if call >= 0:
+            kind = kind_of[call]
+            excess = end - start - context.alone_of(*kind)[0]
+            if excess > MIN_EXCESS * (end - start):  # (what path_causes charges)
+                lost[kind] = lost.get(kind, 0.0) + excess
+    top = set(sorted(lost, key=lambda k: -lost[k])[:analysed])
+    wanted = {link for kind in top for link in context.alone_of(*kind)[1]}
+    load = link_load(comms, context, wanted) if wanted else LinkLoad({})
+    other_jobs = _other_jobs(comms, context, wanted) if context.job_of and wanted else None
+    fabric, healthy = context.states[0][1], context.healthy.fabric
+
+    def alone(call: int) -> tuple[float, tuple[int, ...]]:
+        ideal, links = context.alone_of(*kind_of[call])
+        return ideal, links if kind_of[call] in top else ()
+
+    def healthy_capacity(link: int) -> float:
+        index = healthy.index.get(fabric.ends(link))
+        return float(healthy.capacity[index]) if index is not None else 1.0
+
+    def state_of(link: int) -> str:
+        worst = min(float(f.capacity[link]) / healthy_capacity(link)
+                    for _, f, _ in context.states)
+        return ("" if worst >= 1.0 - 1e-9 else "down" if worst <= 0 else
+                f"at {worst:.0%} of its bandwidth")
+
+    def carried(links: Sequence[int], start: float, end: float) -> np.ndarray:
+        return context.capacities(links, np.array([start]), np.array([end]))[:, 0]
+
+    return path_causes(path, spans, context.work, alone, load, carried,
+                       lambda link: " -> ".join(fabric.ends(link)), state_of, other_jobs)
+
+
+def _other_jobs(comms: pd.DataFrame, context: Context, links: set[int]) -> Callable:
+    """``other_jobs(link, rank, start, end)`` for ``analysis.blame.path_causes``:
+    each job besides ``rank``'s that moved bytes over ``link`` then, with its
+    share of the link's bytes."""
+    owner = context.jobs_of(comms)
+    loads = {job: link_load(comms[owner == job], context, links) for job in np.unique(owner)}
+
+    def other_jobs(link: int, rank: int, start: float, end: float) -> dict[str, float]:
+        moved = {job: load.bytes(link, start, end) for job, load in loads.items()}
+        total = sum(moved.values())
+        return {job: b / total for job, b in moved.items()
+                if job != context.job_of[rank] and b > 0} if total > 0 else {}
+    return other_jobs

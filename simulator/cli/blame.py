@@ -74,9 +74,9 @@ def cause_lines(summary: dict) -> list[str]:
 
 def _heat_map(finished, out, top: int) -> str:
     """Draw the heat map; what was drawn, or why not."""
+    from simulator.analysis.link_load import Context, utilisation
     from simulator.config.scenario import from_dict
     from simulator.experiments import jobs
-    from simulator.experiments.blame import rebuild, utilisation
     from simulator.outputs.link_heatmap import plot_link_heatmap
     from workloads.program import build_program
 
@@ -89,7 +89,7 @@ def _heat_map(finished, out, top: int) -> str:
     else:
         program = build_program(scenario.model, scenario.training, scenario.parallel,
                                 scenario.seed)
-    context = rebuild(scenario, program.groups, finished.placement)
+    context = Context(program.groups, finished.placement, scenario.fabric_states())
     use, names = utilisation(finished.comms, context, finished.summary["iteration_time_s"],
                              top=top)
     if not names:

@@ -58,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from simulator.base import footprint
     from simulator.base.ir import Collective
     from simulator.collectives import nccl_tests
-    from simulator.collectives.tuner import Collectives
+    from simulator.collectives.states import FabricStates
     from simulator.config.scenario import apply_overrides, machine_from, network_from
-    from simulator.network.fabric import Fabric
 
     csv = options.output_file(args.csv, "--csv") if args.csv else None
     if args.nodes < 1:
@@ -88,11 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if machine.gpus >= LARGE_FABRIC:
         print(f"building the fabric of {machine.gpus:,} GPUs (about {machine.gpus * 3e-4:.0f} s "
               "on a 2-core machine) ...", file=sys.stderr, flush=True)
-    graph = machine.build_graph()
-    fabric = Fabric(graph)
-    gpus = [graph.graph["gpus"][r] for r in (ranks[:2] if kind is Collective.SEND_RECV
-                                               else ranks)]
-    tuner = Collectives(fabric, algorithm, protocol)
+    fabrics = FabricStates.build(machine.build_graph(), algorithm=algorithm, protocol=protocol)
+    fabric, tuner = fabrics.fabric, fabrics.lowering
+    gpus = [fabrics.gpus[r] for r in (ranks[:2] if kind is Collective.SEND_RECV else ranks)]
     with tqdm(total=len(byte_sizes), unit="size", file=sys.stderr, leave=False,
               disable=None) as bar:  # shown on a terminal only
         rows, wall = nccl_tests.run_sweep(fabric, tuner, kind, gpus, byte_sizes, args.dtype,
@@ -100,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     header = [f"clustersim collective: {kind.value} on {len(gpus)} of {machine.gpus} GPUs "
               f"({machine.nodes} x {machine.cluster.name}, {machine.cluster.fabric.name})",
               f"algorithm {args.algorithm}, protocol {args.protocol}",
-              *(f"fault: {f}" for f in graph.graph.get("faults", ()))]
+              *(f"fault: {f}" for f in fabric.graph.graph.get("faults", ()))]
     print(nccl_tests.format_table(rows, header))
     print(f"# simulated {len(rows)} sizes in {wall:.2f} s wall, "
           f"{sum(r.events for r in rows):,} events")

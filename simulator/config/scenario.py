@@ -23,6 +23,7 @@ from simulator.base.fields import ScenarioError, boolean, choice, fail, integer,
 from simulator.base.fields import unknown as unknown_key
 from simulator.base.user_files import finite_numbers, read_yaml, text_keys, user_path
 from simulator.collectives.nccl import Algorithm, Protocol
+from simulator.collectives.states import FabricStates
 from simulator.config.cluster import Machine, machine_from
 from simulator.config.jobs import jobs_from
 from simulator.config.model import model_from
@@ -88,6 +89,16 @@ class Scenario:
     @property
     def compute_jitter(self) -> float:
         return self.machine.compute_jitter
+
+    def fabric_states(self) -> FabricStates:
+        """The cluster's fabric in each state of a run (faults at given times), each
+        with its lowering under the ``network`` settings, and the healthy fabric's
+        lowering: built here for the run, blame and the estimate alike."""
+        machine = self.machine
+        return FabricStates.build(
+            machine.build_graph(), machine.changes, algorithm=self.algorithm,
+            protocol=self.protocol, lockstep=self.step_model == "lockstep",
+            healthy_graph=machine.healthy_graph if machine.healthy is not None else None)
 
 
 def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:

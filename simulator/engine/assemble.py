@@ -3,7 +3,10 @@
 Each plug-in is a subclass of ``Engine`` in its own module; an engine with
 several is the class that inherits from all of them (Python's method order
 chains their hooks). ``PLUGINS`` is the registry: adding a speed-up is one
-module and one line here, plus its equivalence test.
+module and one line here, plus its equivalence test. ``NEEDS`` and ``EXCLUDES``
+are the rules of a plan (which plug-ins go together), ``valid_plans()`` every
+plan they allow: the method choice builds no other, and the equivalence test
+runs each one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,52 @@ PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     "layer_spans": LayerSpans,  # includes batching
     "batching": BatchedCompute,
 })
+
+
+# What a plan may hold: each plug-in's needs (every one listed must be in the plan
+# too), and plug-ins that never go together. The method choice
+# (``experiments.symmetry.choose``) builds only ``valid_plans()``, and the
+# equivalence test runs each of them against the reference core.
+NEEDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "pipeline_streams": ("passes",),
+    "passes": ("exclusive_links", "batching"),  # (and the program's pipeline steps)
+    "exclusive_links": ("gangs",),
+    "call_groups": ("gangs",),
+    "gangs": ("call_groups",),  # (a gang's calls on whole groups always batched)
+})
+EXCLUDES: tuple[frozenset[str], ...] = (
+    frozenset({"folding", "gangs"}),  # two ways of running fewer ranks
+    frozenset({"layer_spans", "batching"}),  # layer spans batch compute their own way
+)
+
+
+def valid(names: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether a set of plug-ins is a plan a run may use (``NEEDS``, ``EXCLUDES``;
+    a plan with ``passes`` has ``pipeline_streams`` too: the choice always adds it).
+
+    >>> valid(("batching", "gangs")), valid(("batching", "gangs", "call_groups"))
+    (False, True)
+    """
+    names = frozenset(names)
+    return (all(set(NEEDS.get(n, ())) <= names for n in names)
+            and not any(pair <= names for pair in EXCLUDES)
+            and ("passes" in names) == ("pipeline_streams" in names))
+
+
+@cache
+def valid_plans() -> tuple[tuple[str, ...], ...]:
+    """Every plan a run may use, each in registry order: the reference, and every
+    set of plug-ins ``valid`` accepts.
+
+    >>> len(valid_plans()), valid_plans()[0]
+    (13, ())
+    """
+    plans = []
+    for mask in range(2 ** len(PLUGINS)):
+        names = tuple(n for k, n in enumerate(PLUGINS) if mask >> k & 1)
+        if valid(names):
+            plans.append(names)
+    return tuple(sorted(plans, key=lambda p: (len(p), p)))
 
 
 def engine_class(*names: str) -> type[Engine]:

@@ -49,13 +49,12 @@ from simulator.base.ir import (
     Collective,
     OpKind,
 )
-from simulator.collectives.tuner import Collectives, isolated_time
+from simulator.collectives.tuner import isolated_time
 from simulator.compute import stragglers
 from simulator.compute.host import host_bound
 from simulator.compute.jitter import mean_factor
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
-from simulator.network.fabric import Fabric
 from workloads import dualpipe
 from workloads import program as builder
 from workloads.layout import Layout as RankLayout
@@ -166,9 +165,9 @@ class Estimator:
     compute model are built once and shared)."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self.graph = scenario.machine.build_graph()
-        self.fabric = Fabric(self.graph)
-        self.tuner = Collectives(self.fabric, scenario.algorithm, scenario.protocol)
+        fabrics = scenario.fabric_states()  # (as the run starts: faults later are left out)
+        self.graph, self.fabric, self.tuner = (fabrics.fabric.graph, fabrics.fabric,
+                                               fabrics.lowering)
         self.model = ComputeModel.for_training(scenario.gpu, scenario.training,
                                                scenario.parallel.framework.value,
                                                scenario.machine.cluster.host_rates())

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.analysis import domains
+from simulator.analysis import blame, domains
 from simulator.analysis.blame import TOP
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, moe_keys, summarize
@@ -39,8 +39,7 @@ from simulator.engine.records import (
     NotInLockstep,
     SimulationError,
 )
-from simulator.experiments import blame, contention, jobs, symmetry
-from simulator.network.fabric import Fabric
+from simulator.experiments import contention, jobs, symmetry
 from workloads.program import build_program
 
 
@@ -268,9 +267,9 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
     footprint.check_fabric(scenario.gpus, "cluster.nodes", scenario.machine.nodes)
     if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
         footprint.check_run(program, None)
-    graph = scenario.machine.build_graph()
-    fabric = Fabric(graph, [g for _, g in scenario.machine.changes])
-    gpus = graph.graph["gpus"]
+    fabrics = scenario.fabric_states()  # the fabric in each state, with its lowering
+    fabric, lowering, changes, gpus = (fabrics.fabric, fabrics.lowering, fabrics.changes,
+                                       fabrics.gpus)
     placement = (jobs.placement(placed, gpus, scenario.machine.nodes) if placed
                  else gpus[: program.ranks])
     model = compute_model(scenario)
@@ -288,8 +287,6 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
     clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
     durations = (jobs.durations(placed, program, scenario, speed, _durations) if placed else
                  _durations(program, model, scenario.training.host_launch, speed))
-    states = blame.states_of(scenario, fabric)  # (from time, fabric, lowering)
-    lowering, changes = states[0][2], states[1:]
     pace = symmetry.pace_of(speed, throttled, program.ranks)
     method = symmetry.choose(scenario, program, placement, fabric, batch_compute, pace,
                              clocked=clocks is not None, fabric_changes=bool(changes))
@@ -337,8 +334,7 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
     if placed:
         summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
                                          ranks, gpu, alone or {})
-    context = blame.Context(program.groups, placement, states,
-                            blame.healthy_lowering(scenario, states), blame.work_of(speed, clocks),
+    context = blame.Context(program.groups, placement, fabrics, blame.work_of(speed, clocks),
                             jobs.job_of_rank(placed) if len(placed) > 1 else None)
     summary["blame"] = [c.row() for c in blame.causes(trained, comms, path, context)[:TOP]]
     folded = None
@@ -359,7 +355,8 @@ def _run(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
                    **_model_keys(jobs.lead_notes(placed) if placed else program.notes,
                                  trained, summary["critical_rank"]),
                    **stragglers.summary(speed), **throttle.summary(throttled),
-                   **({"faults": graph.graph["faults"]} if graph.graph.get("faults") else {}),
+                   **({"faults": fabric.graph.graph["faults"]} if fabric.graph.graph.get("faults")
+                      else {}),
                    **domains.summary_keys(program.groups, [fabric.node_of(g) for g in placement],
                                           fabric.graph.graph),
                    events=slowdown.events,

@@ -37,9 +37,10 @@ import numpy as np
 from simulator.base.ir import Program
 from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
+from simulator.engine.assemble import valid
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import exclusive_dimensions
-from simulator.engine.records import NotInLockstep
+from simulator.engine.records import NotInLockstep, SimulationError
 from simulator.network.fabric import Fabric
 
 
@@ -53,6 +54,11 @@ class Method:
     full_because: str = ""  # why every rank is simulated ("" when fewer are)
     refinements: int = 0  # times the classes were split where ranks diverged
     approximate_jitter: bool = False  # one rank per class stands for jittered ranks
+
+    def __post_init__(self) -> None:
+        if not valid(self.plugins):  # (the rules: ``engine.assemble.NEEDS``, ``EXCLUDES``)
+            raise SimulationError(f"internal: the engine plug-ins {self.plugins} are not a "
+                                  "valid plan (engine.assemble.valid_plans)")
 
     def durations(self, program: Program, base: Callable[[int], np.ndarray], seed: int,
                   jitter: float) -> Callable[[int], np.ndarray]:

@@ -149,19 +149,19 @@ def _busbw(case: Case) -> float:
     from simulator.base.ir import Collective
     from simulator.collectives.nccl import Algorithm
     from simulator.collectives.nccl_tests import bus_factor, parse_ranks, time_alone
-    from simulator.collectives.tuner import Collectives
-    from simulator.network.fabric import Fabric
+    from simulator.collectives.states import FabricStates
     from topologies import CLUSTERS, build_cluster
 
     spec = case.spec
-    fabric = Fabric(build_cluster(CLUSTERS[spec["cluster"]], int(spec.get("nodes", 1))))
-    gpus = fabric.graph.graph["gpus"]
+    algorithm = Algorithm(spec["algorithm"]) if spec.get("algorithm") else None
+    fabrics = FabricStates.build(build_cluster(CLUSTERS[spec["cluster"]],
+                                               int(spec.get("nodes", 1))), algorithm=algorithm)
+    gpus = fabrics.gpus
     if spec.get("group"):  # some of the GPUs (``clustersim collective --group``'s ranks)
         gpus = [gpus[r] for r in parse_ranks(str(spec["group"]), len(gpus))]
-    algorithm = Algorithm(spec["algorithm"]) if spec.get("algorithm") else None
     kind = Collective(spec.get("op", "all_reduce"))
     size = float(spec["bytes"])
-    seconds = time_alone(fabric, Collectives(fabric, algorithm), kind, gpus, size)[0]
+    seconds = time_alone(fabrics.fabric, fabrics.lowering, kind, gpus, size)[0]
     return size / seconds * bus_factor(kind, len(gpus)) / 1e9
 
 
