@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-import simulator.experiments.runner  # noqa: F401 - imported before timing, as the workers have it
+import simulator.runner.simulate  # noqa: F401 - imported before timing, as the workers have it
 from simulator.experiments.sweep import sweep
 
 BASE = {

@@ -10,7 +10,7 @@ lazy so that ``simulator.base.ir`` and ``simulator.base.units`` stay light for
 
 Its packages, by layer (docs/ARCHITECTURE.md): ``base``, ``network``,
 ``collectives`` and ``compute``, ``engine``, ``analysis``, ``outputs``,
-``config``, ``experiments``, ``cli`` (``python -m simulator``: ``__main__``).
+``config``, ``runner``, ``experiments``, ``cli`` (``python -m simulator``: ``__main__``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run(scenario: Any, overrides: tuple[str, ...] = ()):
     from pathlib import Path
 
     from simulator.config import scenario as scenario_module
-    from simulator.experiments import runner
+    from simulator.runner import simulate as runner
 
     if isinstance(scenario, (str, Path)):
         scenario = scenario_module.load(scenario, overrides)

@@ -22,9 +22,10 @@ LAYERS = {  # package -> layer; a module may import only lower layers or its own
     "simulator.analysis": 5,
     "simulator.outputs": 6,
     "simulator.config": 7,
-    "simulator.experiments": 8,
-    "simulator.cli": 9,
-    "simulator": 10,  # the package root: the lazy simulator.run and __main__
+    "simulator.runner": 8,
+    "simulator.experiments": 9,
+    "simulator.cli": 10,
+    "simulator": 11,  # the package root: the lazy simulator.run and __main__
 }
 FORBIDDEN = {  # on top of the layering
     "topologies": ("workloads", "simpy"),
@@ -222,3 +223,15 @@ def test_a_new_fabric_kind_is_one_module_and_one_registry_line(monkeypatch, smal
     small["cluster"]["fabric"] = {"type": "star", "hub_level": 0}
     with pytest.raises(ScenarioError, match=r"^cluster.fabric.hub_level: 0"):
         run(small)
+
+
+def test_a_runs_steps_are_short_functions():
+    """Issue 42's bar for ``simulator/runner``: one run reads as its steps (setup,
+    method, loops, result), no function of 40 lines or more (docstring included)."""
+    long = []
+    for path in sorted((ROOT / "simulator" / "runner").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 >= 40:
+                long.append(f"{path.name}:{node.name}")
+    assert long == []

@@ -15,7 +15,7 @@ from simulator.cli import main
 from simulator.compute.calibration import fit, modelled
 from simulator.compute.kernel_file import CalibrationError, read_kernels
 from simulator.config.scenario import ScenarioError, from_dict
-from simulator.experiments.runner import compute_model
+from simulator.runner.setup import compute_model
 from tests.conftest import ROOT
 from topologies import GPUS
 from topologies.gpus import CALIBRATION_FIELDS

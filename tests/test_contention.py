@@ -1,5 +1,5 @@
 """Compute slowed by overlapped NCCL kernels (``simulator.compute.contention``) and
-its fixed point over runs (``simulator.experiments.contention``)."""
+its fixed point over runs (``simulator.runner.contention``)."""
 
 import numpy as np
 import pytest
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from simulator.analysis.timeline import merge as busy
 from simulator.compute.contention import COMM_KINDS, stretched
 from simulator.config.scenario import ScenarioError, from_dict
-from simulator.experiments.contention import op_starts
-from simulator.experiments.runner import run as run_scenario
+from simulator.runner.contention import op_starts
+from simulator.runner.simulate import run as run_scenario
 from tests.test_parallelism import tiny
 
 

@@ -14,9 +14,9 @@ from simulator.config.scenario import from_dict
 from simulator.engine.call_log import CallLog
 from simulator.engine.core import Engine, SimulationError
 from simulator.engine.records import COLLECTIVE_COLUMNS
-from simulator.experiments.runner import run
 from simulator.network.fabric import Fabric
 from simulator.outputs.exports import chrome_trace
+from simulator.runner.simulate import run
 from topologies import CLUSTERS, build_cluster
 from workloads.memory import Recompute, activation_bytes_per_layer, head_activation_bytes
 

@@ -16,8 +16,9 @@ from simulator.engine.core import Engine
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import alone_calls, exclusive_dimensions
 from simulator.engine.records import COLLECTIVE_COLUMNS
-from simulator.experiments.runner import compute_model, span_table
 from simulator.network.fabric import Fabric
+from simulator.runner.result import span_table
+from simulator.runner.setup import compute_model
 from tests.test_parallelism import tiny
 from workloads.program import build_program
 
@@ -274,7 +275,7 @@ def test_the_plans_are_the_rules_and_the_choice_builds_no_other():
     replayed steps with driven streams) and nothing the rules refuse; a Method
     with another set of plug-ins is an internal error."""
     from simulator.engine.records import SimulationError
-    from simulator.experiments.symmetry import Method
+    from simulator.runner.symmetry import Method
 
     plans = valid_plans()
     assert len(plans) == 13 and len(set(map(frozenset, plans))) == 13

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from simulator import run
 from simulator.base.fields import ScenarioError
 from simulator.config.scenario import from_dict
-from simulator.experiments import runner
 from simulator.network.batches import BatchNetwork
 from simulator.network.flows import Network
+from simulator.runner import simulate as runner
 from tests.test_faults import scenario
 from tests.test_symmetry import assert_same_run
 

@@ -231,7 +231,7 @@ def test_collective_bounds(capsys, args, message):
 
 
 def test_internal_errors_exit_3_with_the_traceback_saved(tmp_path, capsys, monkeypatch):
-    import simulator.experiments.runner as runner
+    import simulator.runner.simulate as runner
 
     def broken(*_args, **_kwargs):
         raise KeyError("a bug")
@@ -450,8 +450,8 @@ def test_the_footprint_counts_only_the_ranks_a_folded_run_simulates():
     """``simulation.fold_ranks`` runs the first rank of each program: the memory
     check counts those (Table 1's 1T row, 3,072 GPUs, was refused counting all)."""
     from simulator.config.scenario import from_dict
-    from simulator.experiments.runner import _simulated_ranks
-    from simulator.experiments.symmetry import Method
+    from simulator.runner.symmetry import Method
+    from simulator.runner.symmetry import simulated_ranks as _simulated_ranks
     from tests.test_parallelism import tiny
     from workloads.program import build_program
     scenario = from_dict(tiny(pp=2, dp=8))

@@ -16,7 +16,8 @@ from simulator.base.ir import OpKind
 from simulator.compute import jitter
 from simulator.compute.jitter import jitter_factors, segments, slowest_member
 from simulator.config.scenario import ScenarioError, from_dict
-from simulator.experiments.runner import _durations, compute_model
+from simulator.runner.setup import compute_model
+from simulator.runner.setup import durations_of as _durations
 from tests.test_parallelism import tiny
 from workloads.program import build_program
 

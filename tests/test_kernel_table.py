@@ -17,7 +17,7 @@ from simulator.compute.kernel_file import launch_floor, read_kernels, without_la
 from simulator.compute.model import ComputeModel
 from simulator.compute.table import KernelTable, leave_one_out, row_op
 from simulator.config.scenario import ScenarioError, from_dict
-from simulator.experiments.runner import compute_model
+from simulator.runner.setup import compute_model
 from topologies import GPUS
 from topologies.gpus import KERNELS
 

@@ -16,7 +16,7 @@ from simulator.compute.calibration import modelled
 from simulator.compute.kernel_file import CalibrationError
 from simulator.compute.kineto import classify, gemm_shape, kernel_table
 from simulator.config.scenario import from_dict
-from simulator.experiments.runner import compute_model
+from simulator.runner.setup import compute_model
 from tests.test_calibration import TRUE, read_kernels_frame
 from topologies import GPUS
 

@@ -279,7 +279,7 @@ def test_a_folded_run_keeps_one_timeline_per_class_and_expands_any_rank(tmp_path
     """Above EXPAND_SPANS the run keeps each class's representative's spans; the
     per-rank and per-stream tables, any rank's spans (with its own log rows) and
     the directory's gantt/trace --ranks equal the fully expanded run's."""
-    from simulator.experiments import runner
+    from simulator.runner import result as runner
 
     scenario = tiny(tp=2, pp=2, dp=4, zero=1)
     whole = run(copy.deepcopy(scenario))
@@ -326,7 +326,7 @@ def test_a_folded_run_maps_every_mate_to_its_own_calls_through_block_plans(monke
     """Exclusive tensor-parallel calls (each gang holds whole TP groups) and message
     groups are logged as blocks of rows: every rank's expanded spans still name its
     own calls, as in the expanded run."""
-    from simulator.experiments import runner
+    from simulator.runner import result as runner
 
     scenario = tiny(tp=8, pp=2, dp=2)
     scenario["cluster"]["nodes"] = 4

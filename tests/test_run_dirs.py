@@ -290,7 +290,7 @@ def test_a_file_size_limit_is_an_output_error_naming_the_file(tmp_path):
 
 
 def test_memory_exhaustion_is_reported_as_such(tmp_path, capsys, monkeypatch):
-    import simulator.experiments.runner as runner
+    import simulator.runner.simulate as runner
 
     def exhausted(*_args, **_kwargs):
         raise MemoryError()
@@ -337,13 +337,14 @@ def test_a_search_range_is_cut_to_what_the_gpus_allow(tmp_path, capsys):
 def test_a_folded_runs_classes_are_checked(tmp_path, capsys, monkeypatch):
     """A run that keeps one timeline per class: without classes.csv its spans
     would read as a partial run (8 of 16 ranks); refused, naming the file."""
-    import simulator.experiments.runner as runner
+    import simulator.runner.result as result_module
     from simulator.config.scenario import from_dict
+    from simulator.runner.simulate import run as simulate
     from tests.test_parallelism import tiny
     scenario = tiny(tp=2, pp=2, dp=4)
     scenario["cluster"]["nodes"] = 2
-    monkeypatch.setattr(runner, "EXPAND_SPANS", 10)
-    result = runner.run(from_dict(scenario))
+    monkeypatch.setattr(result_module, "EXPAND_SPANS", 10)
+    result = simulate(from_dict(scenario))
     assert result.folded is not None
     run_dir.write(result, tmp_path / "run")
     assert run_dir.read(tmp_path / "run").classes()

@@ -16,9 +16,9 @@ from simulator.cli import main
 from simulator.config.scenario import from_dict
 from simulator.experiments import layouts as L
 from simulator.experiments.estimate import Estimator
-from simulator.experiments.runner import run
 from simulator.experiments.search import run_search
 from simulator.outputs.search_plot import pareto_front
+from simulator.runner.simulate import run
 
 GIB = 2**30
 BASE = {

@@ -73,7 +73,7 @@ def test_invalid_cases_are_reported_and_skipped(base_file, tmp_path):
 
 
 def test_a_failing_case_does_not_stop_the_others(base_file, tmp_path, monkeypatch):
-    from simulator.experiments import runner
+    from simulator.runner import simulate as runner
 
     real = runner.run
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from simulator import run
 from simulator.engine.gangs import in_step
 from simulator.engine.passes import Passes
-from simulator.experiments.symmetry import equitable, refined
+from simulator.runner.symmetry import equitable, refined
 from tests.conftest import ROOT
 from tests.test_parallelism import reference, tiny
 
@@ -198,8 +198,8 @@ def test_pipeline_steps_are_replayed_only_without_jitter():
     """A template replays every step of a kind in its first instance's time: with
     per-kernel jitter (approximated or per gang) the steps differ, so no replay."""
     from simulator.config.scenario import from_dict
-    from simulator.experiments.symmetry import choose
     from simulator.network.fabric import Fabric
+    from simulator.runner.symmetry import choose
     from workloads.program import build_program
 
     for jitter, expected in ((0.0, True), (0.05, False)):

@@ -9,7 +9,7 @@ from simulator import run
 from simulator.base.fields import ScenarioError
 from simulator.compute.throttle import Clock, combined, parse
 from simulator.config.scenario import from_dict
-from simulator.experiments import runner
+from simulator.runner import simulate as runner
 from tests.test_stragglers import compute_time, scenario
 from tests.test_symmetry import assert_same_run
 

@@ -1,7 +1,7 @@
 """The communication profile of a run: what each parallelism dimension sends.
 
 From the communication log (one row per collective call or point-to-point
-message; see ``simulator.experiments.runner``): per dimension and operation the number of
+message; see ``simulator.runner.simulate``): per dimension and operation the number of
 calls, the volume, message sizes (smallest, median, largest), time in flight
 and time the first member waited; and message-size histograms in powers of two
 (the bins papers use for "many small messages").

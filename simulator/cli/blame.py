@@ -76,8 +76,8 @@ def _heat_map(finished, out, top: int) -> str:
     """Draw the heat map; what was drawn, or why not."""
     from simulator.analysis.link_load import Context, utilisation
     from simulator.config.scenario import from_dict
-    from simulator.experiments import jobs
     from simulator.outputs.link_heatmap import plot_link_heatmap
+    from simulator.runner import jobs
     from workloads.program import build_program
 
     try:

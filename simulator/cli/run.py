@@ -166,7 +166,7 @@ _STARTS = [STARTED]  # the process's first command started at the package's impo
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.experiments.runner import run as simulate
+    from simulator.runner.simulate import run as simulate
 
     started = _STARTS.pop() if _STARTS else time.perf_counter()
     scenario = load(args.scenario, args.set)

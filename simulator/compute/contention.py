@@ -13,7 +13,7 @@ as one: their channels share the SMs NCCL is given). Transformer Engine's
 userbuffers exchanges run on copy engines and do not count.
 
 The slow-down depends on where compute and communication fall, and moves
-them: the runner solves it as a fixed point (``simulator.experiments.contention``):
+them: the runner solves it as a fixed point (``simulator.runner.contention``):
 run, stretch each compute op by the NCCL time it overlapped (``stretched``, over
 that time joined by ``analysis.timeline.merge``), run again with those
 durations, until no duration changes.

@@ -40,7 +40,7 @@ PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
 
 # What a plan may hold: each plug-in's needs (every one listed must be in the plan
 # too), and plug-ins that never go together. The method choice
-# (``experiments.symmetry.choose``) builds only ``valid_plans()``, and the
+# (``runner.symmetry.choose``) builds only ``valid_plans()``, and the
 # equivalence test runs each of them against the reference core.
 NEEDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "pipeline_streams": ("passes",),

@@ -17,7 +17,7 @@ op when it does, by induction (same program, same durations, same arrivals).
 Where some end at another time (an asymmetric fabric), the run reports it
 (``inexact``) and splits the gang's members by the ends they saw (``in_step``);
 in strict mode the run then raises ``NotInLockstep`` carrying that split, so
-the caller can run again with finer gangs (``experiments.symmetry.refine``).
+the caller can run again with finer gangs (``runner.symmetry.refine``).
 
 Contract: ``tests/test_parallelism.py::
 test_tensor_parallel_gangs_give_the_same_timeline_for_every_rank`` and

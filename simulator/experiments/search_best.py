@@ -19,7 +19,8 @@ import yaml
 
 from simulator.config.scenario import from_dict
 from simulator.experiments.layouts import Layout
-from simulator.experiments.runner import RunResult, run
+from simulator.runner.result import RunResult
+from simulator.runner.simulate import run
 
 PARTS = ("compute", "recompute", "bubble", "exposed tp", "exposed cp", "exposed ep",
          "exposed dp", "exposed pp", "waiting", "other")

@@ -79,7 +79,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def run_case(base: Mapping[str, Any], base_dir: str | None, case: Case) -> dict[str, Any]:
     """Simulate one case; its row of the results table (never raises for a
     failing case: the error is in the row)."""
-    from simulator.experiments.runner import run
+    from simulator.runner.simulate import run
 
     row: dict[str, Any] = {"case": case.id, "status": "ok", "error": ""}
     raw = case.scenario(base)

@@ -118,7 +118,7 @@ def select(cases: list[Case], names: Iterable[str] = (), tags: Iterable[str] = (
 
 def _scenario_metric(case: Case) -> float:
     from simulator.config.scenario import load
-    from simulator.experiments.runner import run
+    from simulator.runner.simulate import run
     from workloads.kernels import megatron_hardware_flops
 
     scenario = load(HERE / case.spec)
@@ -138,7 +138,7 @@ def _speedup(case: Case) -> float:
     """A pair's speed-up: the scenario's tokens/s over its baseline's (the same
     file with the pair's ``baseline`` overrides)."""
     from simulator.config.scenario import load
-    from simulator.experiments.runner import run
+    from simulator.runner.simulate import run
 
     path = HERE / case.spec["scenario"]
     fast = run(load(path)).summary["tokens_per_s"]

@@ -151,13 +151,7 @@ def solve(run: Callable, spans_of: Callable, program: Program,
             raise SimulationError("overlap slow-down: a stream's compute spans do not "
                                   "match its ops")
         length = lengths(spans)
-        # the first pass: a bound (every kernel only gets longer)
-        moved = _most_added(new, durations, program) if before is None else np.abs(
-            length - before)
-        state.moved = float(np.max(np.divide(moved, length, out=np.zeros(len(length)),
-                                             where=length > 0)))
-        state.residual_s = max((float(np.max(np.abs(d - durations(r)), initial=0.0))
-                                for r, d in new.items()), default=0.0)
+        _measure(state, new, durations, program, length, before)
         if (state.residual_s <= CONVERGED_S or state.moved < SETTLED
                 or state.passes >= passes):
             state.added_s = {r: float(np.sum(durations(r)) - np.sum(work(r))) for r in new}
@@ -169,6 +163,19 @@ def solve(run: Callable, spans_of: Callable, program: Program,
             step = length - before
         state.passes, before = state.passes + 1, length
         durations = _lookup(new, work)
+
+
+def _measure(state: Contention, new: dict[int, np.ndarray], durations: Callable,
+             program: Program, length: np.ndarray, before: np.ndarray | None) -> None:
+    """Note on ``state`` what the pass that asks for ``new`` durations moved the
+    iteration times by (the first pass: a bound, ``_most_added``: every kernel
+    only gets longer) and the largest duration change another pass would make."""
+    moved = _most_added(new, durations, program) if before is None else np.abs(
+        length - before)
+    state.moved = float(np.max(np.divide(moved, length, out=np.zeros(len(length)),
+                                         where=length > 0)))
+    state.residual_s = max((float(np.max(np.abs(d - durations(r)), initial=0.0))
+                            for r, d in new.items()), default=0.0)
 
 
 def _length(spans: pd.DataFrame) -> np.ndarray:
