@@ -6,7 +6,10 @@ chains their hooks). ``PLUGINS`` is the registry: adding a speed-up is one
 module and one line here, plus its equivalence test. ``NEEDS`` and ``EXCLUDES``
 are the rules of a plan (which plug-ins go together), ``valid_plans()`` every
 plan they allow: the method choice builds no other, and the equivalence test
-runs each one.
+runs each one; ``simulated_ranks`` says which ranks a plan runs. A run reads
+a plan's result through ``records.EngineResult`` (``expand`` for the ranks it
+stood for, ``replayed`` for the steps it replayed), never a plug-in's own
+records.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
 
+from simulator.base.ir import Program
 from simulator.engine.batching import BatchedCompute
 from simulator.engine.call_groups import CallGroups
 from simulator.engine.core import Engine
 from simulator.engine.exclusive import ExclusiveLinks
-from simulator.engine.folding import Folding
+from simulator.engine.folding import Folding, first_of_each_program
 from simulator.engine.gangs import Gangs
 from simulator.engine.layer_spans import LayerSpans
 from simulator.engine.passes import Passes
@@ -82,6 +86,16 @@ def valid_plans() -> tuple[tuple[str, ...], ...]:
         if valid(names):
             plans.append(names)
     return tuple(sorted(plans, key=lambda p: (len(p), p)))
+
+
+def simulated_ranks(names: tuple[str, ...], options: Mapping, program: Program
+                    ) -> list[int] | None:
+    """The ranks a plan runs (None: every rank): with rank folding the first rank
+    of each program, with gangs each class's representative."""
+    if "folding" in names:
+        return first_of_each_program(program)
+    represents = options.get("represents")
+    return list(represents) if represents else None
 
 
 def engine_class(*names: str) -> type[Engine]:

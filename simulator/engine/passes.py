@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -88,7 +89,8 @@ class Passes(ExclusiveLinks):
 
     def run(self):
         result = super().run()
-        result.span_runs = self.span_runs
+        if self.span_runs.records:  # (the records only: the engine is freed after the run)
+            result.replayed = partial(expand, self.span_runs)
         result.steps_replayed = len(self.span_runs.records)
         return result
 

@@ -73,8 +73,9 @@ class EngineResult:
     expand: Callable | None = None
     # why a plug-in's result may differ from the reference's (None: it is the same)
     inexact: str | None = None
-    # spans kept as records of replayed steps (engine.passes.SpanRuns), besides ``spans``
-    span_runs: object | None = None
+    # the spans of replayed steps as columns (SPAN_COLUMNS; text as codes and categories),
+    # besides ``spans``, made when called (engine.passes); None: no step was replayed
+    replayed: Callable[[], dict] | None = None
     # what the speed-ups did: calls settled alone (exclusive_links), steps replayed (passes)
     calls_alone: int = 0
     steps_replayed: int = 0

@@ -25,7 +25,6 @@ from simulator.compute import stragglers, throttle
 from simulator.config.scenario import Scenario
 from simulator.engine.call_log import CallLog, shared_categories
 from simulator.engine.folded import Folded
-from simulator.engine.passes import expand
 from simulator.engine.records import (
     COLLECTIVE_COLUMNS,
     SPAN_COLUMNS,
@@ -131,7 +130,7 @@ def span_table(result, nodes: list[int]) -> pd.DataFrame:
     once copied (the tuples take three times the table's memory); text columns as
     categories (in text order)."""
     tuples = result.spans
-    replayed = expand(result.span_runs) if result.span_runs else {}  # engine.passes
+    replayed = result.replayed() if result.replayed is not None else {}
     count = len(tuples)
     total = count + len(replayed.get("start", ()))
     columns = {name: np.empty(count if name in SPAN_TEXT else total, dtype)

@@ -37,8 +37,8 @@ import numpy as np
 from simulator.base.ir import Program
 from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
+from simulator.engine.assemble import simulated_ranks as assembled_ranks
 from simulator.engine.assemble import valid
-from simulator.engine.folding import first_of_each_program
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import exclusive_dimensions
 from simulator.engine.records import NotInLockstep, SimulationError
@@ -264,9 +264,5 @@ def describe(method: Method, simulated: int, ranks: int, inexact: str | None
 
 
 def simulated_ranks(method: Method, program: Program) -> list[int] | None:
-    """The ranks ``method`` runs (None: every rank): a class representative each,
-    or with rank folding the first rank of each program."""
-    if "folding" in method.plugins:
-        return first_of_each_program(program)
-    represents = method.options.get("represents")
-    return list(represents) if represents else None
+    """The ranks ``method`` runs (None: every rank): ``engine.assemble.simulated_ranks``."""
+    return assembled_ranks(method.plugins, method.options, program)
