@@ -253,16 +253,15 @@ def build_stage(ctx: Context, stage: int) -> Stage:
     stampable = STAMP and stamping.stampable(ctx)
     for pair in _schedule(ctx, stage):
         first = len(b.ops)
-        if len(pair) == 2:  # a forward and a backward as one step: the backward's first
-            key = moe_overlap.key(pair, partial(_step_key, ctx))
-            mbs = (pair[1].microbatch, pair[0].microbatch)
-        else:
-            key, mbs = _step_key(ctx, pair[0]), (pair[0].microbatch,)
+        combined = len(pair) == 2  # a forward and a backward as one step
+        key = moe_overlap.key(pair, partial(_step_key, ctx)) if combined else \
+            _step_key(ctx, pair[0])
+        mbs = tuple(s.microbatch for s in reversed(pair))  # (combined: the backward's first)
         stamps = stampable and all(s.part == ALL for s in pair)  # (held weights are state)
         pattern = made.get(key) if stamps else None
         if pattern is None or not pattern.stamp(b, mbs[0]):
             entry = (*b.ready, b.last_compute)
-            if len(pair) == 2:
+            if combined:
                 moe_overlap.combine(b, *pair, _step)
             else:
                 _step(b, pair[0])

@@ -48,7 +48,8 @@ PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
 # equivalence test runs each of them against the reference core.
 NEEDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "pipeline_streams": ("passes",),
-    "passes": ("exclusive_links", "batching"),  # (and the program's pipeline steps)
+    # (and the program's pipeline steps; the choice always drives the streams too)
+    "passes": ("exclusive_links", "batching", "pipeline_streams"),
     "exclusive_links": ("gangs",),
     "call_groups": ("gangs",),
     "gangs": ("call_groups",),  # (a gang's calls on whole groups always batched)
@@ -60,16 +61,14 @@ EXCLUDES: tuple[frozenset[str], ...] = (
 
 
 def valid(names: tuple[str, ...] | frozenset[str]) -> bool:
-    """Whether a set of plug-ins is a plan a run may use (``NEEDS``, ``EXCLUDES``;
-    a plan with ``passes`` has ``pipeline_streams`` too: the choice always adds it).
+    """Whether a set of plug-ins is a plan a run may use (``NEEDS``, ``EXCLUDES``).
 
     >>> valid(("batching", "gangs")), valid(("batching", "gangs", "call_groups"))
     (False, True)
     """
     names = frozenset(names)
     return (all(set(NEEDS.get(n, ())) <= names for n in names)
-            and not any(pair <= names for pair in EXCLUDES)
-            and ("passes" in names) == ("pipeline_streams" in names))
+            and not any(pair <= names for pair in EXCLUDES))
 
 
 @cache

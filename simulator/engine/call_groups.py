@@ -88,7 +88,7 @@ class CallGroups(Gangs):
             (latency, _, calls, key), = batch.parts
             yield self.network.transfer_group(calls, key, ends, latency)
         else:
-            yield from self._by_latencies(batch, ends)
+            yield from self._transfer_parts(batch, ends)
         row = len(self.collectives) + batch.own
         self.collectives.block(batch.heads, seq, start, ends=ends)
         self._record(rank, op, start, start, ends[batch.own], row)
@@ -108,7 +108,7 @@ class CallGroups(Gangs):
             self._seq[members[0]][dim] = seq
         self._behind.discard((rank, dim))
 
-    def _by_latencies(self, batch: CallGroup, ends: list[float]):
+    def _transfer_parts(self, batch: CallGroup, ends: list[float]):
         """A batch of several latencies: a transfer each, ``ends`` per group."""
         waits = []
         for latency, positions, calls, key in batch.parts:

@@ -112,10 +112,13 @@ class BatchNetwork(Network):
         if shape.part_ends is None:
             ends = fluid_finish_times(shape.pair_flow, shape.pair_link, self.capacity,
                                       shape.size)
+            longest = np.zeros(shape.parts)  # (a part with no flows: 0)
+            np.maximum.at(longest, shape.part_of, ends)
             groups: dict[float, list[int]] = {}
-            for p, f in enumerate(shape.part_flows):
-                groups.setdefault(float(ends[f].max()) if len(f) else 0.0, []).append(p)
-            empty = tuple(p for p, f in enumerate(shape.part_flows) if len(f) == 0)
+            for p, end in enumerate(longest.tolist()):
+                groups.setdefault(end, []).append(p)
+            flows = np.bincount(shape.part_of, minlength=shape.parts)
+            empty = tuple(np.flatnonzero(flows == 0).tolist())
             shape.part_ends = (sorted((end, tuple(ps)) for end, ps in groups.items()), empty)
         return shape.part_ends
 
@@ -127,7 +130,7 @@ class BatchNetwork(Network):
     def _parts_finished(self, t: _Transfer, finished: np.ndarray) -> None:
         """Fire the parts none of whose flows is still running (counted per part
         at once: a gang's message group has a part per mate)."""
-        running = np.bincount(t.shape.part_of[~finished], minlength=len(t.shape.part_flows))
+        running = np.bincount(t.shape.part_of[~finished], minlength=t.shape.parts)
         for p in [p for p, left in zip(t.parts, running[list(t.parts)].tolist(),
                                        strict=True) if not left]:
             self._fire(t, p)

@@ -41,12 +41,11 @@ def succeed_at(env: simpy.Environment, event: simpy.Event, delay: float) -> None
 class _Shape:
     """The flows of a transfer as arrays, shared by every transfer of one call shape."""
 
-    __slots__ = ("size", "pair_flow", "pair_link", "links", "part_flows", "part_of",
-                 "part_ends")
+    __slots__ = ("size", "pair_flow", "pair_link", "links", "parts", "part_of", "part_ends")
 
     def __init__(self, routes: Sequence[Sequence[int]], sizes: Sequence[float]) -> None:
         self.size = np.asarray(sizes, dtype=float)
-        self.part_flows: list[np.ndarray] | None = None  # batches (``batches``): per part
+        self.parts = 0  # batches (``batches``): how many parts
         self.part_of: np.ndarray | None = None  # batches: per flow, its part
         self.part_ends: tuple | None = None  # batches: parts grouped by their ends
         lengths = np.array([len(r) for r in routes], dtype=np.int64)
@@ -146,7 +145,7 @@ class Network:
         routes = [t.pair_link[t.pair_flow == f].tolist() for f in range(len(t.size))]
         routes = [list(self._reroute(r)) if self._dead[r].any() else r for r in routes]
         shape = _Shape(routes, t.size)
-        shape.part_flows, shape.part_of = t.shape.part_flows, t.shape.part_of
+        shape.parts, shape.part_of = t.shape.parts, t.shape.part_of
         t.shape, t.key = shape, None  # (its own shape: nothing cached under its old key)
         t.pair_flow, t.pair_link, t.links = shape.pair_flow, shape.pair_link, shape.links
         return t
@@ -204,10 +203,9 @@ class Network:
             if not keep:
                 return None
             shape = _Shape([routes[i] for i in keep], [sizes[i] for i in keep])
-            if part_of is not None:  # a batch (``batches``): each part's flows
-                kept = np.asarray([part_of[i] for i in keep], dtype=np.int64)
-                shape.part_flows = [np.flatnonzero(kept == p) for p in range(parts)]
-                shape.part_of = kept
+            if part_of is not None:  # a batch (``batches``): each flow's part
+                shape.parts = parts
+                shape.part_of = np.asarray([part_of[i] for i in keep], dtype=np.int64)
             if key is not None:
                 self._shapes[key] = shape
         return shape

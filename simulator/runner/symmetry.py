@@ -37,7 +37,6 @@ import numpy as np
 from simulator.base.ir import Program
 from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
-from simulator.engine.assemble import simulated_ranks as assembled_ranks
 from simulator.engine.assemble import valid
 from simulator.engine.gangs import program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import exclusive_dimensions
@@ -261,8 +260,3 @@ def describe(method: Method, simulated: int, ranks: int, inexact: str | None
              if method.refinements else "")
     return (f"{of}, exact by symmetry (one process per class of ranks with one program, "
             f"verified in lockstep as it ran{split})"), True
-
-
-def simulated_ranks(method: Method, program: Program) -> list[int] | None:
-    """The ranks ``method`` runs (None: every rank): ``engine.assemble.simulated_ranks``."""
-    return assembled_ranks(method.plugins, method.options, program)
