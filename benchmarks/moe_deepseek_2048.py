@@ -8,8 +8,8 @@ routing. Prints the whole command's wall time, the simulation's events, what
 was simulated, the iteration and what routing came to.
 
 ``--recipe`` runs DeepSeek-V3 as its report trains it instead (issue 41, item
-7; target 30 s, met in about half the runs: median 30.4 s on a noisy 2-core machine,
-see benchmarks/README.md):
+7; target 30 s: median 20.7 s over seven runs on a 2-core machine, 30.4 s on a slower,
+noisier one; see benchmarks/README.md):
 multi-head latent attention, one MTP depth, the RMSNorms and MLA
 up-projections recomputed, DeepEP (EP 64 over 8 servers: two hops), and
 DualPipe over the 16 stages (each rank holds the stages r and 15 - r, the
