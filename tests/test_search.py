@@ -28,15 +28,23 @@ BASE = {
     "model": {"layers": 8, "hidden": 1024, "heads": 16, "vocab": 8192},
     "training": {"seq_len": 1024, "global_batch": 32},
 }
-MIXED = [L.Layout(1, 1, 1, 16, 1, "none", 0, "1f1b", 1),
-         L.Layout(2, 4, 1, 2, 1, "selective", 1, "1f1b", 1),
-         L.Layout(4, 4, 1, 1, 2, "full", 0, "interleaved", 2),
-         L.Layout(4, 2, 1, 2, 4, "none", 1, "1f1b", 1),
-         L.Layout(1, 1, 1, 16, 2, "full", 3, "1f1b", 1),
-         L.Layout(8, 1, 1, 2, 1, "none", 0, "1f1b", 1),
-         L.Layout(2, 8, 1, 1, 1, "selective", 0, "gpipe", 1),
-         L.Layout(2, 2, 2, 2, 1, "none", 0, "1f1b", 1),
-         L.Layout(1, 4, 1, 4, 1, "none", 1, "interleaved", 2)]
+
+
+def lay(tp, pp, cp, dp, mbs, recompute, zero, schedule, virtual_stages, ep=1):
+    """A search layout by its values in the order this file writes them."""
+    return L.Layout(tp=tp, pp=pp, cp=cp, dp=dp, mbs=mbs, recompute=recompute, zero=zero,
+                    schedule=schedule, virtual_stages=virtual_stages, ep=ep)
+
+
+MIXED = [lay(1, 1, 1, 16, 1, "none", 0, "1f1b", 1),
+         lay(2, 4, 1, 2, 1, "selective", 1, "1f1b", 1),
+         lay(4, 4, 1, 1, 2, "full", 0, "interleaved", 2),
+         lay(4, 2, 1, 2, 4, "none", 1, "1f1b", 1),
+         lay(1, 1, 1, 16, 2, "full", 3, "1f1b", 1),
+         lay(8, 1, 1, 2, 1, "none", 0, "1f1b", 1),
+         lay(2, 8, 1, 1, 1, "selective", 0, "gpipe", 1),
+         lay(2, 2, 2, 2, 1, "none", 0, "1f1b", 1),
+         lay(1, 4, 1, 4, 1, "none", 1, "interleaved", 2)]
 
 
 def test_combinations_divide_evenly_and_keep_tensor_parallelism_in_a_server():
@@ -55,7 +63,7 @@ def test_combinations_divide_evenly_and_keep_tensor_parallelism_in_a_server():
             assert (8 // layout.pp) % layout.virtual_stages == 0
         else:
             assert layout.virtual_stages == 1
-    assert L.Layout(2, 4, 1, 4, 1, "none", 0, "interleaved", 2) in found
+    assert lay(2, 4, 1, 4, 1, "none", 0, "interleaved", 2) in found
     assert not any(layout.pp == 3 or layout.tp == 16 for layout in found)
 
 
@@ -177,7 +185,7 @@ def test_selective_recompute_is_the_same_run_as_none_under_fused_attention():
     good, refused = L.candidates(BASE, L.check_space({"tp": [1], "pp": [1], "mbs": [1],
                                                       "recompute": ["none", "selective"]}))
     assert [layout.recompute for layout in good] == ["none"]
-    assert "the same run as recompute none" in refused[L.Layout(1, 1, 1, 16, 1, "selective", 0,
+    assert "the same run as recompute none" in refused[lay(1, 1, 1, 16, 1, "selective", 0,
                                                                 "1f1b", 1)]
 
 
@@ -253,7 +261,7 @@ def test_a_rack_scale_domain_lets_tensor_parallelism_leave_the_tray_and_ep_is_se
     space = L.check_space({"tp": [8, 16], "pp": [1], "mbs": [1], "ep": [1, 8]})
     good, refused = L.candidates(base, space)
     assert {(layout.tp, layout.ep) for layout in good} >= {(8, 1), (16, 1), (8, 8)}
-    assert "ep8" in L.Layout(8, 1, 1, 2, 1, "none", 0, "1f1b", 1, 8).label
+    assert "ep8" in lay(8, 1, 1, 2, 1, "none", 0, "1f1b", 1, 8).label
     # on 8-GPU servers tp 16 leaves the NVLink domain: not in the space
     base["cluster"] = {"preset": "dgx-b200", "nodes": 2}
     assert all(layout.tp <= 8 for layout in L.candidates(base, space)[0])

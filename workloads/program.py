@@ -39,6 +39,7 @@ from workloads.training import ParallelSpec, TrainingSpec
 __all__ = ["LayoutError", "build_program", "check"]
 
 STRATEGIES = (tensor, context, data, pipeline, sharded, expert)  # groups and checks, in order
+DIMENSIONS = tuple(d for strategy in STRATEGIES for d in strategy.DIMENSIONS)  # declared once each
 
 
 ADAM_BYTES_PER_PARAM = 28  # read fp32 master, m, v and the grad; write them and the weight

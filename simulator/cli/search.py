@@ -14,20 +14,6 @@ from simulator.config.scenario import ScenarioError
 from simulator.outputs import out_dirs
 from simulator.outputs.out_dirs import guarded
 
-FLAGS = {  # dimension -> (flag, value type, help)
-    "tp": ("--tp", int, "tensor-parallel sizes, e.g. 1,2,4,8"),
-    "pp": ("--pp", int, "pipeline-parallel sizes, e.g. 1-16 (divisors of the layers)"),
-    "cp": ("--cp", int, "context-parallel sizes (default 1)"),
-    "ep": ("--ep", int, "expert-parallel sizes (default: powers of two dividing the experts, "
-                        "within the NVLink domain)"),
-    "mbs": ("--mbs", int, "micro-batch sizes, e.g. 1,2,4"),
-    "recompute": ("--recompute", str, "none,selective,full"),
-    "zero": ("--zero", int, "ZeRO stages, e.g. 0,1,3"),
-    "schedule": ("--schedule", str, "1f1b,interleaved,gpipe"),
-    "virtual_stages": ("--virtual-stages", int, "chunks per stage for interleaved (default "
-                                                "2,3,4,6,8)"),
-}
-
 
 def add_parser(sub) -> None:
     search = sub.add_parser(
@@ -40,8 +26,10 @@ def add_parser(sub) -> None:
     search.add_argument("--out", help="output directory (default: runs/<name>-search)")
     search.add_argument("--space", help="'default' (every valid layout) or a YAML file "
                                         "mapping dimensions to lists of values")
-    for flag, _, text in FLAGS.values():
-        search.add_argument(flag, help=text)
+    from simulator.experiments.layouts import flags
+
+    for dim, (flag, _, text) in flags().items():
+        search.add_argument(flag, dest=dim, help=text)
     search.add_argument("--top", type=int, default=8,
                         help="layouts to simulate, best estimates first (default 8)")
     search.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -59,7 +47,8 @@ def space_from(args: argparse.Namespace, world: int, layers: int, heads: int,
     layout, a file gives dimensions, and flags replace a dimension's values."""
     from simulator.experiments import layouts as L
 
-    flags = {dim: getattr(args, dim) for dim in FLAGS if getattr(args, dim) is not None}
+    declared = L.flags()
+    given = {dim: getattr(args, dim, None) for dim in declared}
     if args.space in (None, "default"):
         space = L.default_space(world, layers, heads, domain, batch, experts)
     else:
@@ -67,11 +56,11 @@ def space_from(args: argparse.Namespace, world: int, layers: int, heads: int,
         if not isinstance(raw, dict):
             raise ScenarioError(f"--space: {args.space} must map dimensions to value lists")
         space = {k: (v if isinstance(v, list) else [v]) for k, v in raw.items()}
-    most = {"tp": world, "pp": world, "cp": world, "ep": world, "mbs": batch,
-            "virtual_stages": layers}
-    for dim, text in flags.items():
-        flag, kind, _ = FLAGS[dim]
-        space[dim] = L.parse_values(text, flag, kind, most.get(dim))
+    most = {d.name: world for d in L.sizes()} | {"mbs": batch, "virtual_stages": layers}
+    for dim, text in given.items():
+        if text is not None:
+            flag, kind, _ = declared[dim]
+            space[dim] = L.parse_values(text, flag, kind, most.get(dim))
     return space
 
 

@@ -1,85 +1,177 @@
 """The layouts a search considers: a search space (values per dimension) and
 every combination of it that can run the scenario's model on its cluster.
 
-A ``Layout`` is tensor, pipeline, context and data parallel sizes, micro-batch,
-recompute, ZeRO stage, pipeline schedule and virtual stages; it becomes a
-scenario through its overrides (``parallelism.tp`` ...). ``candidates`` keeps
-the combinations that divide evenly (GPUs into tp x pp x cp x dp, the global
-batch into dp x micro-batch, the heads by tp, the layers by pp and virtual
-stages, the micro-batches by pp when interleaved; tensor parallelism inside an
-NVLink domain, a server's or a rack's; ep dividing a stage's ranks), then asks
-the scenario loader, which checks every rule the simulator has, and lists
-what it refuses with its reason (selective recompute too, where fused
-attention makes it the same run as none). Sequence parallelism
-is on wherever tp > 1, as Megatron-LM recommends with tensor parallelism.
+A ``Layout`` is a size for each parallel dimension (tp, pp, cp, ep, etp and
+the derived dp: ``workloads.program.DIMENSIONS``, each declared once in its
+strategy's module with its default values and quick rule) and a value for each
+knob (micro-batch, recompute, ZeRO stage, pipeline schedule and virtual
+stages: ``KNOBS``); it becomes a scenario through its overrides
+(``parallelism.tp`` ...). ``candidates`` keeps the combinations that divide
+evenly (GPUs into tp x pp x cp x dp, the global batch into dp x micro-batch,
+each dimension's rule: the heads by tp inside an NVLink domain, a server's or
+a rack's, the layers by pp, ep x etp dividing a stage's ranks; the layers by
+virtual stages and the micro-batches by pp when interleaved), then asks the
+scenario loader, which checks every rule the simulator has, and lists what it
+refuses with its reason (selective recompute too, where fused attention makes
+it the same run as none). Sequence parallelism is on wherever tp > 1, as
+Megatron-LM recommends with tensor parallelism.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.base.fields import ScenarioError, fail
 from simulator.config.overrides import set_key
 from simulator.config.scenario import from_dict, machine_from, model_from, training_from
+from workloads import program
+from workloads.strategies.dimension import Bounds, Dimension
 
 
 class SearchError(ScenarioError):
     """A search that cannot start (an empty or impossible space)."""
 
 
-DIMENSIONS = ("tp", "pp", "cp", "mbs", "recompute", "zero", "schedule", "virtual_stages", "ep")
 RECOMPUTE = ("none", "selective", "full")
-POWERS = (1, 2, 4, 8, 16, 32, 64)  # tp and ep sizes the default space tries
-LAYOUT_KEYS = ("tp", "pp", "cp", "dp", "ep", "fsdp")  # parallelism keys a layout sets
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
+CHUNKS = [2, 3, 4, 6, 8]  # virtual stages the default space tries with interleaved 1F1B
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
+class Knob:
+    """A training setting the search varies beside the parallel sizes: its scenario
+    key, its flag's value type and help, the values it may take (None: positive
+    integers), a layout's value where it is not given, a space's values where it
+    gives none, and the default space's values (from the global batch)."""
+
+    name: str
+    key: str
+    kind: type
+    help: str
+    allowed: tuple | None
+    unset: Any  # a layout's value where it is not given
+    missing: list | None  # a space's values where it gives none (None: it must)
+    default: Callable[[int], list]
+
+
+KNOBS = (  # in the order a layout's overrides set them (a sweep case's id hashes them)
+    Knob("zero", "parallelism.zero", int, "ZeRO stages, e.g. 0,1,3", (0, 1, 2, 3), 0, [0],
+         lambda batch: [0, 1, 3]),
+    Knob("schedule", "parallelism.schedule", str, "1f1b,interleaved,gpipe", SCHEDULES, "1f1b",
+         ["1f1b"], lambda batch: ["1f1b", "interleaved"]),
+    Knob("virtual_stages", "parallelism.virtual_stages", int,
+         "chunks per stage for interleaved (default 2,3,4,6,8)", None, 1, CHUNKS,
+         lambda batch: list(CHUNKS)),
+    Knob("mbs", "training.micro_batch", int, "micro-batch sizes, e.g. 1,2,4", None, 1, None,
+         lambda batch: [b for b in (1, 2, 4, 8) if b <= batch]),
+    Knob("recompute", "training.recompute", str, "none,selective,full", RECOMPUTE, "none",
+         ["none"], lambda batch: list(RECOMPUTE)),
+)
+
+
+def sizes() -> tuple[Dimension, ...]:
+    """The parallel dimensions in a layout's order: those always shown (tp, pp),
+    the other searched ones (cp, ep, etp), then the derived one (dp)."""
+    dims = program.DIMENSIONS
+    return (*(d for d in dims if d.shown), *(d for d in dims if not d.shown and d.values),
+            *(d for d in dims if d.values is None))
+
+
+def columns() -> tuple[str, ...]:
+    """A layout's values' names: the parallel sizes, then the knobs."""
+    return (*(d.name for d in sizes()), *(k.name for k in KNOBS))
+
+
+def flags() -> dict[str, tuple[str, type, str]]:
+    """``clustersim search``'s flags: {dimension: (flag, value type, help)}."""
+    out = {d.name: (d.flag, int, d.help) for d in sizes() if d.values}
+    return out | {k.name: (f"--{k.name.replace('_', '-')}", k.kind, k.help) for k in KNOBS}
+
+
 class Layout:
-    """One way to split the training job over the GPUs."""
+    """One way to split the training job over the GPUs: a value for each of
+    ``columns()`` (given by position or name; a size left out is 1, a knob its
+    value where a space gives none). Compares, hashes and sorts by its values."""
 
-    tp: int
-    pp: int
-    cp: int
-    dp: int
-    mbs: int
-    recompute: str
-    zero: int
-    schedule: str
-    virtual_stages: int
-    ep: int = 1  # expert-parallel size (a model with experts)
+    __slots__ = ("values",)
+
+    def __init__(self, *args: Any, **named: Any) -> None:
+        names = columns()
+        given = dict(zip(names, args, strict=False)) | named
+        if len(args) > len(names) or set(given) - set(names):
+            raise TypeError(f"a layout takes {', '.join(names)}")
+        unset = {k.name: k.unset for k in KNOBS}
+        object.__setattr__(self, "values", tuple(given.get(n, unset.get(n, 1)) for n in names))
+
+    def __getattr__(self, name: str) -> Any:
+        names = columns()
+        if name not in names:
+            raise AttributeError(name)
+        return self.values[names.index(name)]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a layout is frozen")
+
+    def __reduce__(self):
+        return (_layout, (dict(zip(columns(), self.values, strict=True)),))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and self.values == other.values
+
+    def __lt__(self, other: Layout) -> bool:
+        return self.values < other.values
+
+    def __hash__(self) -> int:
+        return hash(self.values)
+
+    def __repr__(self) -> str:
+        return f"Layout({self.label})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(zip(columns(), self.values, strict=True))
 
     @property
     def label(self) -> str:
         """``tp8 pp8 dp16 mbs1 full 1f1b`` (with ``cp``, ``ep``, ``v`` and ``zero`` when set)."""
-        parts = [f"tp{self.tp}", f"pp{self.pp}"] + ([f"cp{self.cp}"] if self.cp > 1 else [])
-        parts += [f"ep{self.ep}"] if self.ep > 1 else []
-        parts += [f"dp{self.dp}", f"mbs{self.mbs}", self.recompute, self.schedule]
+        parts = [f"{d.name}{getattr(self, d.name)}" for d in sizes()
+                 if d.shown or d.values is None or getattr(self, d.name) > 1]
+        parts += [f"mbs{self.mbs}", self.recompute, self.schedule]
         parts += [f"v{self.virtual_stages}"] if self.virtual_stages > 1 else []
         return " ".join(parts + ([f"zero{self.zero}"] if self.zero else []))
 
     def overrides(self) -> tuple[tuple[str, Any], ...]:
-        """The scenario keys this layout sets."""
-        return (("parallelism.tp", self.tp), ("parallelism.pp", self.pp),
-                ("parallelism.cp", self.cp), ("parallelism.dp", self.dp),
+        """The scenario keys this layout sets: the sizes that take GPUs, sequence
+        parallelism with tp, the knobs, then the carved sizes above 1."""
+        dims = sizes()
+        return (*((f"parallelism.{d.name}", getattr(self, d.name)) for d in dims
+                  if not d.carved),
                 ("parallelism.sequence_parallel", self.tp > 1),
-                ("parallelism.zero", self.zero), ("parallelism.schedule", self.schedule),
-                ("parallelism.virtual_stages", self.virtual_stages),
-                ("training.micro_batch", self.mbs), ("training.recompute", self.recompute),
-                *((("parallelism.ep", self.ep),) if self.ep > 1 else ()))
+                *((k.key, getattr(self, k.name)) for k in KNOBS),
+                *((f"parallelism.{d.name}", getattr(self, d.name)) for d in dims
+                  if d.carved and getattr(self, d.name) > 1))
 
     def scenario(self, base: Mapping[str, Any]) -> dict[str, Any]:
         """``base`` (a scenario dict) with this layout."""
         raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
         raw.pop("parallelism", None)
         raw["parallelism"] = {k: v for k, v in (base.get("parallelism") or {}).items()
-                              if k not in LAYOUT_KEYS}
+                              if k not in layout_keys()}
         for key, value in self.overrides():
             set_key(raw, key, value, source=key)
         return raw
+
+
+def _layout(values: dict[str, Any]) -> Layout:
+    return Layout(**values)
+
+
+def layout_keys() -> tuple[str, ...]:
+    """The parallelism keys a layout sets (and ``fsdp``, which a ZeRO stage replaces)."""
+    return (*(d.name for d in sizes()), "fsdp")
 
 
 def parse_values(text: str, option: str, kind: type = int, most: int | None = None) -> list:
@@ -118,36 +210,39 @@ def parse_values(text: str, option: str, kind: type = int, most: int | None = No
 
 def default_space(world: int, layers: int, heads: int, domain: int,
                   global_batch: int, experts: int = 0) -> dict[str, list]:
-    """Every value worth trying: tp a power of two within an NVLink domain
-    (``domain`` GPUs: a server, or a rack-scale domain) dividing the heads, pp a
-    divisor of the layers, micro-batches 1 to 8, every recompute mode, ZeRO 0, 1
-    and 3, 1F1B and interleaved 1F1B with 2 to 8 chunks; with ``experts``, ep a
-    power of two dividing them within the domain (at least 8, a server's)."""
-    tp = [t for t in POWERS if t <= domain and heads % t == 0 and t <= world]
-    pp = [p for p in range(1, layers + 1) if layers % p == 0 and p <= world]
-    mbs = [b for b in (1, 2, 4, 8) if b <= global_batch]
-    ep = [e for e in POWERS if experts % e == 0 and e <= max(domain, 8) and e <= world]
-    return {"tp": tp, "pp": pp, "cp": [1], "mbs": mbs, "recompute": list(RECOMPUTE),
-            "zero": [0, 1, 3], "schedule": ["1f1b", "interleaved"],
-            "virtual_stages": [2, 3, 4, 6, 8], "ep": ep if experts else [1]}
+    """Every value worth trying: each parallel dimension's own default values
+    (tp a power of two within an NVLink domain dividing the heads, pp a divisor
+    of the layers, with ``experts`` ep a power of two dividing them within the
+    domain, at least a server's 8 GPUs; cp and etp 1), micro-batches 1 to 8,
+    every recompute mode, ZeRO 0, 1 and 3, 1F1B and interleaved 1F1B with 2 to 8
+    chunks."""
+    bounds = Bounds(world, layers, heads, domain, experts)
+    return {**{d.name: d.values(bounds) for d in sizes() if d.values},
+            **{k.name: k.default(global_batch) for k in KNOBS}}
 
 
-def check_space(space: Mapping[str, list], ep: object = 1) -> dict[str, list]:
-    """The space with every dimension present, each value checked; ``ep`` is the
-    base scenario's expert-parallel size, kept where the space gives none."""
-    unknown = set(space) - set(DIMENSIONS)
+def check_space(space: Mapping[str, list], parallel: Mapping[str, Any] | None = None
+                ) -> dict[str, list]:
+    """The space with every dimension present, each value checked; a parallel
+    dimension the space leaves out keeps the base scenario's ``parallel`` value
+    (1 where it gives none), tp, pp and mbs must be given."""
+    names = columns()
+    unknown = set(space) - set(names)
     if unknown:
         raise fail("search space", sorted(unknown)[0], "is not a dimension; allowed: "
-                   + ", ".join(DIMENSIONS))
-    out = {"cp": [1], "virtual_stages": [2, 3, 4, 6, 8], "ep": [ep],
-           **{k: list(v) for k, v in space.items()}}
-    for name in ("tp", "pp", "mbs"):
-        if name not in out:
-            raise fail("search space", name, "is missing: give its values")
-    out.setdefault("recompute", ["none"])
-    out.setdefault("zero", [0])
-    out.setdefault("schedule", ["1f1b"])
-    allowed = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "zero": (0, 1, 2, 3)}
+                   + ", ".join(n for n in names if n != "dp"))
+    out = {k: list(v) for k, v in space.items()}
+    for dim in sizes():
+        if dim.values and dim.name not in out:
+            if dim.shown:
+                raise fail("search space", dim.name, "is missing: give its values")
+            out[dim.name] = [(parallel or {}).get(dim.name, 1)]
+    for knob in KNOBS:
+        if knob.name not in out:
+            if knob.missing is None:
+                raise fail("search space", knob.name, "is missing: give its values")
+            out[knob.name] = list(knob.missing)
+    allowed = {k.name: k.allowed for k in KNOBS if k.allowed}
     for name, values in out.items():
         for value in values:
             if name in allowed and value not in allowed[name]:
@@ -160,25 +255,43 @@ def check_space(space: Mapping[str, list], ep: object = 1) -> dict[str, list]:
 
 def combinations(space: Mapping[str, list], world: int, layers: int, heads: int,
                  domain: int, global_batch: int) -> list[Layout]:
-    """Every combination of the space that divides evenly (the rules above; ep
-    dividing a stage's tp x cp x dp ranks)."""
+    """Every combination of the space that divides evenly: the GPUs into the
+    dimensions that take them (dp the rest), each dimension's own rule (tp inside
+    the domain and dividing the heads, pp dividing the layers, ep x etp dividing
+    a stage's tp x cp x dp ranks), the global batch into dp x micro-batch, and
+    interleaving's chunks."""
+    bounds = Bounds(world, layers, heads, domain)
+    dims = sizes()
+    searched = [d.name for d in dims if d.values]
+    spread = [d.name for d in dims if d.values and not d.carved]
+    derived = next(d.name for d in dims if d.values is None)
+    knobs = [k.name for k in KNOBS if k.name != "virtual_stages"]
     out = []
-    for tp, pp, cp, mbs, recompute, zero, schedule, ep in itertools.product(
-            *(space[k] for k in (*DIMENSIONS[:7], "ep"))):
-        if world % (tp * pp * cp) or tp > domain or heads % tp or layers % pp:
+    for combo in itertools.product(*(space[n] for n in (*searched, *knobs))):
+        values = dict(zip((*searched, *knobs), combo, strict=True))
+        taken = math.prod(values[n] for n in spread)
+        if world % taken:
             continue
-        dp = world // (tp * pp * cp)
-        if global_batch % (dp * mbs) or (tp * cp * dp) % ep:
+        values[derived] = world // taken
+        if not all(d.fits(values, bounds) for d in dims) or \
+                global_batch % (values[derived] * values["mbs"]):
             continue
-        micro = global_batch // (dp * mbs)
-        chunks = [1]
-        if schedule == "interleaved":
-            chunks = [v for v in space["virtual_stages"] if pp > 1 and micro % pp == 0
-                      and (layers // pp) % v == 0 and v > 1]
-        elif pp == 1 and schedule == "gpipe":
-            continue  # the same run as 1F1B without a pipeline
-        out += [Layout(tp, pp, cp, dp, mbs, recompute, zero, schedule, v, ep) for v in chunks]
+        out += [Layout(**values, virtual_stages=v)
+                for v in _chunks(space, values, layers, global_batch // (values[derived]
+                                                                         * values["mbs"]))]
     return sorted(set(out))
+
+
+def _chunks(space: Mapping[str, list], values: Mapping[str, Any], layers: int,
+            micro: int) -> list[int]:
+    """The virtual stages a combination takes: the space's that divide a stage's
+    layers with interleaving (the micro-batches a multiple of pp), else 1 (none
+    for GPipe without a pipeline: the same run as 1F1B)."""
+    pp = values["pp"]
+    if values["schedule"] == "interleaved":
+        return [v for v in space["virtual_stages"] if pp > 1 and micro % pp == 0
+                and (layers // pp) % v == 0 and v > 1]
+    return [] if pp == 1 and values["schedule"] == "gpipe" else [1]
 
 
 def domain_of(machine) -> int:

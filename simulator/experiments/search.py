@@ -96,15 +96,17 @@ def _largest(e) -> str:
 
 
 def _fields(layout: L.Layout) -> dict[str, Any]:
-    return {name: getattr(layout, name) for name in
-            ("tp", "pp", "cp", "dp", "mbs", "recompute", "zero", "schedule", "virtual_stages",
-             "ep")}
+    return layout.as_dict()
 
 
 def layout_of(row: Mapping[str, Any]) -> L.Layout:
-    return L.Layout(*(row[name] if not hasattr(row[name], "item") else row[name].item()
-                      for name in ("tp", "pp", "cp", "dp", "mbs", "recompute", "zero",
-                                   "schedule", "virtual_stages", "ep") if name in row))
+    """The layout of a table's row (a column a table of an older search lacks: unset)."""
+    return L.Layout(**{name: row[name] if not hasattr(row[name], "item") else row[name].item()
+                       for name in L.columns() if name in row and not _missing(row[name])})
+
+
+def _missing(value: Any) -> bool:
+    return isinstance(value, float) and value != value  # NaN: a column older rows lack
 
 
 def load_or_estimate(out: Path, base: Mapping[str, Any], found: list[L.Layout],
@@ -166,7 +168,7 @@ def _searchable(base: Mapping[str, Any]) -> dict[str, Any]:
     contradict a ``zero`` stage)."""
     raw = dict(base)
     raw["parallelism"] = {k: v for k, v in (base.get("parallelism") or {}).items()
-                          if k not in L.LAYOUT_KEYS}
+                          if k not in L.layout_keys()}
     return raw
 
 
@@ -176,9 +178,7 @@ def ranked(table: pd.DataFrame, simulated: Mapping[str, dict], capacity_gib: flo
     by estimate; the estimate's error where both exist."""
     rows = []
     for _, row in table.iterrows():
-        out = {k: row[k] for k in ("layout", "tp", "pp", "cp", "dp", "ep", "mbs", "recompute",
-                                    "zero", "schedule", "virtual_stages", "estimate_s",
-                                    "why") if k in row}
+        out = {k: row[k] for k in ("layout", *L.columns(), "estimate_s", "why") if k in row}
         out["peak_memory_gib"] = row["estimate_peak_gib"]
         out["estimate_tokens_per_s"] = row["tokens"] / row["estimate_s"]
         run = simulated.get(row["layout"])
@@ -229,7 +229,7 @@ def run_search(base_path: str | Path, space: Mapping[str, list], out: str | Path
     out.mkdir(parents=True, exist_ok=True)
     base = read_raw(base_path)
     base_dir = Path(base_path).parent
-    space = L.check_space(space, (base.get("parallelism") or {}).get("ep", 1))
+    space = L.check_space(space, base.get("parallelism") or {})
     found, refused = L.candidates(_searchable(base), space, base_dir)
     if not found:
         raise L.SearchError("no layout of the search space can run this scenario"

@@ -21,9 +21,11 @@ from simulator.config.scenario import from_dict
 from simulator.experiments.layouts import Layout
 from simulator.runner.result import RunResult
 from simulator.runner.simulate import run
+from workloads.program import DIMENSIONS
 
-PARTS = ("compute", "recompute", "bubble", "exposed tp", "exposed cp", "exposed ep",
-         "exposed dp", "exposed pp", "waiting", "other")
+STREAMS = tuple(dict.fromkeys(d.stream for d in DIMENSIONS))  # each dimension's stream, once
+PARTS = ("compute", "recompute", "bubble", *(f"exposed {s}" for s in STREAMS), "waiting",
+         "other")
 
 
 def scenario_of(base: Mapping[str, Any], layout: Layout, name: str) -> dict[str, Any]:
@@ -55,8 +57,8 @@ def parts(result: RunResult) -> dict[str, float]:
     share = max(0.0, 1.0 - model_flops / s["hardware_flops"]) if s["hardware_flops"] else 0.0
     out = {"compute": s["compute_s"] * (1 - share), "recompute": s["compute_s"] * share,
            "bubble": s["bubble_s"], "waiting": s["comm_wait_s"]}
-    for dim in ("tp", "cp", "ep", "dp", "pp"):
-        out[f"exposed {dim}"] = float(mine.get(dim, 0.0))
+    for stream in STREAMS:
+        out[f"exposed {stream}"] = float(mine.get(stream, 0.0))
     out["other"] = s["iteration_time_s"] - sum(out.values())
     return {part: out[part] for part in PARTS}
 

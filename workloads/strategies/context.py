@@ -14,7 +14,10 @@ from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, kernel_cost
+from workloads.strategies.dimension import Dimension, only_one
 from workloads.training import ParallelSpec, TrainingSpec
+
+DIMENSIONS = (Dimension("cp", CP_STREAM, "context-parallel sizes (default 1)", only_one),)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:

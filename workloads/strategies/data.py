@@ -23,8 +23,11 @@ from workloads.buckets import make_buckets
 from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage, plan_kernels
+from workloads.strategies.dimension import Dimension
 from workloads.strategies.expert import expert_data_parallel
 from workloads.training import ParallelSpec, TrainingSpec
+
+DIMENSIONS = (Dimension("dp", DP_STREAM, "derived: the GPUs the other dimensions leave"),)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:

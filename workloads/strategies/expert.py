@@ -48,12 +48,32 @@ from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError
+from workloads.strategies.dimension import POWERS, Bounds, Dimension, only_one
 from workloads.training import ParallelSpec, TrainingSpec
 
 DISPATCH, COMBINE = "dispatch", "combine"  # markers in a MoE layer's kernel sequence
 GATHER, SCATTER = "etp_gather", "etp_scatter"  # expert tensor parallelism's (etp > 1)
 KIND = Collective.ALL_TO_ALL  # the dispatcher's exchange (alltoall)
 RDMA, NVL = "ep_rdma", "ep_nvl"  # DeepEP's two hops' groups (across domains, inside one)
+
+
+def _expert_sizes(bounds: Bounds) -> list[int]:
+    """Powers of two dividing the experts within the NVLink domain (at least a
+    server's 8 GPUs); 1 for a model without experts."""
+    return [e for e in POWERS if bounds.experts % e == 0 and e <= max(bounds.domain, 8)
+            and e <= bounds.world] if bounds.experts else [1]
+
+
+def _carved(sizes, bounds: Bounds) -> bool:
+    """ep x etp divide a stage's tp x cp x dp ranks."""
+    return (sizes["tp"] * sizes["cp"] * sizes["dp"]) % (sizes["ep"] * sizes["etp"]) == 0
+
+
+DIMENSIONS = (Dimension("ep", EP_STREAM, "expert-parallel sizes (default: powers of two "
+                        "dividing the experts, within the NVLink domain)", _expert_sizes,
+                        _carved, carved=True),
+              Dimension("etp", EP_STREAM, "expert tensor-parallel sizes (default 1)", only_one,
+                        carved=True))
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:

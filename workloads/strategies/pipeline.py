@@ -19,7 +19,22 @@ from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.schedules import steps_for
 from workloads.stage import Context, LayoutError, Stage
+from workloads.strategies.dimension import Bounds, Dimension
 from workloads.training import ParallelSpec, TrainingSpec
+
+
+def _divisors(bounds: Bounds) -> list[int]:
+    """Every pipeline size that splits the layers evenly."""
+    return [p for p in range(1, bounds.layers + 1) if bounds.layers % p == 0
+            and p <= bounds.world]
+
+
+def _splits_layers(sizes, bounds: Bounds) -> bool:
+    return bounds.layers % sizes["pp"] == 0
+
+
+DIMENSIONS = (Dimension("pp", PP_STREAM, "pipeline-parallel sizes, e.g. 1-16 (divisors of "
+                        "the layers)", _divisors, _splits_layers, shown=True),)
 
 
 def split_even(total: int, parts: int) -> list[int]:

@@ -34,6 +34,8 @@ from workloads.stage import Context, LayoutError, Stage, plan_kernels
 from workloads.strategies.expert import expert_data_parallel
 from workloads.training import ParallelSpec, Sharding, TrainingSpec
 
+DIMENSIONS = ()  # ZeRO-3 and FSDP shard over the data-parallel ranks: a setting, not a dimension
+
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
     """Hybrid sharding's shard groups tile the data-parallel group; DeepSpeed's

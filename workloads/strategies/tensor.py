@@ -27,7 +27,17 @@ from workloads import kernels as K
 from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage
+from workloads.strategies.dimension import Bounds, Dimension, powers_within_domain
 from workloads.training import ParallelSpec, TrainingSpec
+
+
+def _inside_domain(sizes, bounds: Bounds) -> bool:
+    """Tensor parallelism inside an NVLink domain, dividing the heads."""
+    return sizes["tp"] <= bounds.domain and bounds.heads % sizes["tp"] == 0
+
+
+DIMENSIONS = (Dimension("tp", TP_STREAM, "tensor-parallel sizes, e.g. 1,2,4,8",
+                        powers_within_domain, _inside_domain, shown=True),)
 
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
