@@ -19,6 +19,7 @@ from simulator.base.fields import (
     number,
     schema_of,
     section,
+    setting,
     text,
 )
 from simulator.base.user_files import read_yaml, user_path
@@ -53,40 +54,35 @@ def _fabric_section(path: str, raw: object) -> dict[str, Any]:
     return {**values, **{k: v for k, v in given.items() if v is not None}}
 
 
-SCHEMA = {
-    "preset": (choice(CLUSTERS), REQUIRED),
-    "nodes": (integer(1), 1),
-    **{key: (check, None) for key, (check, _) in schema_of(ClusterSpec).items()},
-    "oversubscription": (OVERSUBSCRIPTION[0], None),
-    "leaf_ports": (LEAF_PORTS[0], None),
-    "fabric": (_fabric_section, None),
-    "compute_jitter": (number(0.0, 1.0), 0.0),
-    "slow": (slow_parts, ()),  # slow GPUs and nodes (simulator.compute.stragglers)
-    "gpu_speed_spread": (number(0.0, 1.0), 0.0),  # sigma of each GPU's log-normal speed
-    "throttle": (throttle.parse, ()),  # speeds that change over time (compute.throttle)
-    "calibration": (text, None),
-    "kernel_table": (text, None),
-    "overlap_slowdown": (number(1.0, MAX_OVERLAP_SLOWDOWN), None),  # None: the GPU file's
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class Machine:
-    """A checked cluster: its spec, GPU, size, and the fabric graph if read from a file."""
+    """A checked cluster: its spec, GPU, size, the fabric graph if read from a file,
+    and the run-time settings of the ``cluster`` section (each a ``setting``:
+    jitter, slow and throttled GPUs, calibration and kernel files)."""
 
     cluster: ClusterSpec
     gpu: GpuSpec
     nodes: int
     gpus: int
-    compute_jitter: float
+    # each kernel's duration times a log-normal draw of this sigma (compute.jitter)
+    compute_jitter: float = setting(number(0.0, 1.0), 0.0)
     graph: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
-    slow: tuple[tuple[str, int, float], ...] = ()  # ("node" | "gpu", index, factor)
-    gpu_speed_spread: float = 0.0
-    throttle: tuple[tuple[str, int, throttle.Schedule], ...] = ()  # (part, index, schedule)
+    # slow GPUs and nodes: ("node" | "gpu", index, factor) (compute.stragglers)
+    slow: tuple[tuple[str, int, float], ...] = setting(slow_parts, ())
+    # sigma of each GPU's log-normal speed (compute.stragglers)
+    gpu_speed_spread: float = setting(number(0.0, 1.0), 0.0)
+    # speeds that change over time: (part, index, schedule) (compute.throttle)
+    throttle: tuple[tuple[str, int, throttle.Schedule], ...] = setting(throttle.parse, ())
     # the fabric after each time a fault starts during the iteration (topologies.faults)
     changes: tuple[tuple[float, nx.DiGraph], ...] = dataclasses.field(
         default=(), compare=False, repr=False)
     healthy: nx.DiGraph | None = dataclasses.field(default=None, compare=False, repr=False)
+    # a calibration file of efficiencies (clustersim calibrate), applied to the GPU
+    calibration: str | None = setting(text, None)
+    # a measured kernel table replacing the GPU's (none: the roofline alone)
+    kernel_table: str | None = setting(text, None)
+    # compute slowed by NCCL beside it, at most (None: the GPU file's)
+    overlap_slowdown: float | None = setting(number(1.0, MAX_OVERLAP_SLOWDOWN), None)
 
     def healthy_graph(self) -> nx.DiGraph:
         """The fabric without its faults (the ideal that blame measures against)."""
@@ -104,6 +100,17 @@ class Machine:
         from topologies import build_cluster
 
         return build_cluster(self.cluster, self.nodes)
+
+
+SCHEMA = {
+    "preset": (choice(CLUSTERS), REQUIRED),
+    "nodes": (integer(1), 1),
+    **{key: (check, None) for key, (check, _) in schema_of(ClusterSpec).items()},
+    "oversubscription": (OVERSUBSCRIPTION[0], None),
+    "leaf_ports": (LEAF_PORTS[0], None),
+    "fabric": (_fabric_section, None),
+    **schema_of(Machine),  # the run-time settings
+}
 
 
 def _fabric(preset: NetworkSpec, values: dict[str, Any]) -> NetworkSpec:
@@ -204,6 +211,6 @@ def machine_from(raw: object, base_dir: Path | None = None) -> Machine:
         healthy = graph if graph is not None else build_cluster(cluster, nodes)
         later = faults.epochs(healthy, broken)
         graph = faults.from_start(healthy, broken, later)
-    return Machine(cluster, gpu, nodes, gpus, values["compute_jitter"], graph,
-                   values["slow"], values["gpu_speed_spread"], values["throttle"], later,
-                   healthy)
+    own = {k: values[k] for k in schema_of(Machine)}
+    return Machine(cluster, gpu, nodes, gpus, graph=graph, changes=later, healthy=healthy,
+                   **own)

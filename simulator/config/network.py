@@ -1,23 +1,32 @@
 """The ``network`` section: how collectives are lowered (NCCL's algorithm and
-protocol, or the tuner's choice; the step model)."""
+protocol, or the tuner's choice; the step model), its keys declared as
+settings on ``NetworkSettings`` and checked against the cluster here."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
 
-from simulator.base.fields import choice, fail, section
+from simulator.base.fields import choice, fail, schema_of, section, setting
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.config.cluster import Machine
 from topologies import ClusterSpec
 
-SCHEMA = {
-    "algorithm": (choice(["auto"] + [a.value for a in Algorithm
-                                     if a is not Algorithm.DIRECT]), "auto"),
-    "protocol": (choice(["auto"] + [p.value for p in Protocol]), "auto"),
-    "step_model": (choice(["pipelined", "lockstep"]), "pipelined"),
-}
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """The ``network`` section's settings."""
+
+    # NCCL's algorithm for every collective (auto: its tuner's choice per call)
+    algorithm: str = setting(choice(["auto"] + [a.value for a in Algorithm
+                                                if a is not Algorithm.DIRECT]), "auto")
+    # NCCL's protocol (auto: the tuner's choice per call)
+    protocol: str = setting(choice(["auto"] + [p.value for p in Protocol]), "auto")
+    # pipelined: NCCL's chunk pipelining; lockstep: every ring step waits for the slowest
+    step_model: str = setting(choice(["pipelined", "lockstep"]), "pipelined")
+
 
 
 def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | None):
@@ -42,6 +51,6 @@ def _network(values: dict[str, Any], cluster: ClusterSpec, graph: nx.DiGraph | N
 
 def network_from(raw: object, machine: Machine) -> tuple[Algorithm | None, Protocol | None, str]:
     """Check a ``network:`` section: (algorithm or None, protocol or None, step model)."""
-    values = section("network", raw, SCHEMA)
+    values = asdict(NetworkSettings(**section("network", raw, schema_of(NetworkSettings))))
     algorithm, protocol = _network(values, machine.cluster, machine.graph)
     return algorithm, protocol, values["step_model"]

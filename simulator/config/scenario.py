@@ -3,7 +3,8 @@
 A scenario is YAML with the sections ``cluster``, ``model``, ``training``,
 ``parallelism``, ``network`` and ``simulation`` (see the README for every key),
 each checked by the module and the specs it configures (``config.cluster``,
-``config.model``, ``config.training``, ``config.network``). Loading is strict:
+``config.model``, ``config.training``, ``config.network``,
+``config.simulation``). Loading is strict:
 an unknown key, a wrong type, a value with a missing or wrong unit, or an
 impossible combination raises ``ScenarioError`` whose one-line message names
 the dotted key, the value and what is allowed. Nothing runs before the whole
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.base.fields import ScenarioError, boolean, choice, fail, integer, section, text
+from simulator.base.fields import ScenarioError, fail, integer, section, text
 from simulator.base.fields import unknown as unknown_key
 from simulator.base.user_files import finite_numbers, read_yaml, text_keys, user_path
 from simulator.collectives.nccl import Algorithm, Protocol
@@ -29,6 +30,7 @@ from simulator.config.jobs import jobs_from
 from simulator.config.model import model_from
 from simulator.config.network import network_from
 from simulator.config.overrides import apply_overrides
+from simulator.config.simulation import SimulationSpec, simulation_from
 from simulator.config.training import check_layout, parallel_from, training_from
 from topologies import ClusterSpec, GpuSpec
 from workloads.jobs import JobSpec
@@ -39,14 +41,6 @@ __all__ = ["Machine", "Scenario", "ScenarioError", "apply_overrides", "from_dict
            "machine_from", "network_from", "read_raw", "resolved"]
 
 TOP_LEVEL = {"name": (text, "scenario"), "seed": (integer(0), 0)}
-SIMULATION = {
-    "fold_ranks": (boolean, False),
-    "tensor_parallel_gangs": (boolean, False),
-    "span_detail": (choice(["kernel", "layer"]), "kernel"),
-    "symmetry": (choice(["auto", "full"]), "auto"),
-    "jitter": (choice(["exact", "approximate"]), "exact"),
-    "contention_passes": (integer(1), 8),
-}
 SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation", "jobs")
 
 
@@ -64,15 +58,37 @@ class Scenario:
     protocol: Protocol | None
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
-    fold_ranks: bool = False  # simulate one rank per pipeline stage (identical ranks)
-    gangs: bool = False  # run each tensor-parallel group as one process, in lockstep
-    layer_spans: bool = False  # one compute span per layer, phase and micro-batch
-    symmetry: str = "auto"  # auto: use symmetry where it is exact; full: every rank
-    jitter: str = "exact"  # approximate: one rank per class waits for its groups' slowest
-    contention_passes: int = 8  # most runs to solve compute slowed by NCCL (a fixed point)
+    simulation: SimulationSpec = SimulationSpec()  # how it is simulated (config.simulation)
     # several jobs on the cluster (config.jobs); model, training and parallel are then
     # the first training job's
     jobs: tuple[JobSpec, ...] = ()
+
+    @property
+    def fold_ranks(self) -> bool:
+        """Simulate one rank per pipeline stage (identical ranks)."""
+        return self.simulation.fold_ranks
+
+    @property
+    def gangs(self) -> bool:
+        """Run each tensor-parallel group as one process, in lockstep."""
+        return self.simulation.tensor_parallel_gangs
+
+    @property
+    def layer_spans(self) -> bool:
+        """One compute span per layer, phase and micro-batch."""
+        return self.simulation.span_detail == "layer"
+
+    @property
+    def symmetry(self) -> str:
+        return self.simulation.symmetry
+
+    @property
+    def jitter(self) -> str:
+        return self.simulation.jitter
+
+    @property
+    def contention_passes(self) -> int:
+        return self.simulation.contention_passes
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -129,32 +145,12 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         parallel = parallel_from(raw.get("parallelism"), machine.gpus,
                                  machine.gpus // max(1, machine.nodes), machine.cluster.domain)
         check_layout(model, training, parallel, raw.get("parallelism"))
-    sim = section("simulation", raw.get("simulation"), SIMULATION)
-    fold, gangs = sim["fold_ranks"], sim["tensor_parallel_gangs"]
-    for key, on in (("fold_ranks", fold), ("tensor_parallel_gangs", gangs)):
-        if on and (machine.compute_jitter > 0 or machine.stragglers):
-            raise fail(f"simulation.{key}", True, "needs cluster.compute_jitter 0 and no "
-                                                   "cluster.slow, throttle or gpu_speed_spread: it "
-                                                   "assumes the ranks it shares are identical")
-    if sim["span_detail"] == "layer" and machine.throttle:
-        raise fail("simulation.span_detail", "layer", "cannot be used with cluster.throttle: "
-                                                      "a throttled GPU's kernels are timed one "
-                                                      "by one (give span_detail: kernel)")
-    if jobs and (fold or gangs):
-        raise fail("simulation.fold_ranks" if fold else "simulation.tensor_parallel_gangs",
-                   True, "cannot be used with jobs (symmetry, the default, reduces each job's "
-                         "ranks where it is exact)")
-    if fold and gangs:
-        raise fail("simulation.tensor_parallel_gangs", True, "cannot be combined with "
-                                                              "simulation.fold_ranks; give one")
+    simulation = simulation_from(raw.get("simulation"), machine, jobs)
     return Scenario(
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model,
-        source=resolved(raw, base_dir),
-        fold_ranks=fold, gangs=gangs, layer_spans=sim["span_detail"] == "layer",
-        symmetry=sim["symmetry"], jitter=sim["jitter"],
-        contention_passes=sim["contention_passes"], jobs=jobs)
+        source=resolved(raw, base_dir), simulation=simulation, jobs=jobs)
 
 
 # keys that name a file, relative to the scenario's folder (a job's model keys too)

@@ -10,7 +10,7 @@ the program builder takes each strategy's groups, the search
 (``simulator.experiments.layouts``) its columns, values and rules, and
 ``clustersim search`` its flags from there, so a new dimension is its
 strategy module and its ``ParallelSpec`` field
-(``tests/test_dimensions.py`` adds a toy one and finds it everywhere).
+(``tests/test_declarations.py`` adds a toy one and finds it everywhere).
 
 >>> tp = Dimension("tp", "tp", "tensor-parallel sizes", powers_within_domain)
 >>> tp.values(Bounds(world=16, layers=8, heads=16, domain=8))

@@ -1,7 +1,9 @@
-"""Each parallel dimension is declared once (``workloads.strategies.dimension``):
-the declarations agree with the scenario's fields, the rank layout, the streams
-and the program's groups, and a new one reaches the layout search and
-``clustersim search`` with no other edit (issue 42, item 5)."""
+"""Things declared once and read from their declaration (issue 42, items 5 and
+6): each parallel dimension (``workloads.strategies.dimension``) agrees with the
+scenario's fields, the rank layout, the streams and the program's groups, and a
+new one reaches the layout search and ``clustersim search`` with no other edit;
+the ``simulation``, ``network`` and cluster run-time keys are settings on their
+specs."""
 
 import argparse
 import dataclasses
@@ -67,3 +69,34 @@ def test_expert_tensor_parallelism_is_searched_where_asked():
 def test_a_layout_rejects_what_is_not_a_column():
     with pytest.raises(TypeError, match="a layout takes tp, pp"):
         L.Layout(tp=1, pipeline=2)
+
+
+@pytest.mark.parametrize(("section", "spec"), [
+    ("simulation", "simulator.config.simulation:SimulationSpec"),
+    ("network", "simulator.config.network:NetworkSettings")])
+def test_the_run_time_sections_keys_are_the_settings_their_spec_declares(section, spec):
+    """Issue 42, item 6: ``simulation.*`` and ``network.*`` are read from their
+    spec's declared settings, so a key added there is a scenario key (and an
+    unknown one is refused with the spec's list)."""
+    import importlib
+
+    from simulator.base.fields import ScenarioError, schema_of
+
+    module, name = spec.split(":")
+    declared = sorted(schema_of(getattr(importlib.import_module(module), name)))
+    raw = {**{k: v for k, v in MOE.items() if k != "parallelism"}, section: {"nope": 1}}
+    with pytest.raises(ScenarioError, match=f"allowed: {', '.join(declared)}$"):
+        from_dict(raw)
+
+
+def test_the_clusters_run_time_keys_are_settings_on_the_machine():
+    from simulator.base.fields import schema_of
+    from simulator.config.cluster import SCHEMA, Machine
+
+    run_time = set(schema_of(Machine))
+    assert {"compute_jitter", "slow", "gpu_speed_spread", "throttle", "calibration",
+            "kernel_table", "overlap_slowdown"} == run_time and run_time <= set(SCHEMA)
+    raw = {**MOE, "cluster": {**MOE["cluster"], "slow": {"gpu 3": 1.5},
+                              "compute_jitter": 0.01}}
+    machine = from_dict(raw).machine
+    assert machine.compute_jitter == 0.01 and machine.slow == (("gpu", 3, 1.5),)
