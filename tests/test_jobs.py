@@ -252,3 +252,25 @@ def test_each_jobs_critical_path_spans_its_own_iteration():
     summary = run(from_dict(shared("scattered"))).summary
     for job in summary["jobs"]:
         assert job["critical_path"]["length_s"] == pytest.approx(job["iteration_time_s"])
+
+
+def test_a_plain_scenario_is_a_set_of_one_job_and_the_runner_never_branches_on_jobs():
+    """Issue 42, item 2: the config layer gives a plain scenario its one training
+    job on every node; a run's steps (setup, loops, result) treat every run as a
+    set of jobs, with no condition on whether there are several."""
+    import ast
+
+    from simulator.config.scenario import load
+    from tests.conftest import QUICKSTART, ROOT
+
+    scenario = load(QUICKSTART)
+    (job,) = scenario.jobs
+    assert job.nodes == tuple(range(scenario.machine.nodes)) and job.background is None
+    assert (job.model, job.training, job.parallel) == (scenario.model, scenario.training,
+                                                       scenario.parallel)
+    for name in ("simulate", "setup", "loops", "result"):
+        tree = ast.parse((ROOT / "simulator" / "runner" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.IfExp)):
+                test = ast.unparse(node.test)
+                assert "placed" not in test and ".jobs" not in test, (name, test)

@@ -57,13 +57,18 @@ def merge(programs: Sequence[Program]) -> Program:
     """One program running ``programs`` side by side, each on the next block of
     ranks; each dimension's groups are every program's groups of that name,
     moved to their block (a rank is in its own program's groups only). Model
-    FLOPs and tokens are the programs' sums; notes are left to each job.
+    FLOPs and tokens are the programs' sums; notes are left to each job. One
+    program (a plain scenario's one job) is itself.
 
     >>> from simulator.base.ir import Program
     >>> a = Program(((), ()), {"dp": ((0, 1),)}, ({}, {}), 1.0, 2)
     >>> merge([a, a]).groups
     {'dp': ((0, 1), (2, 3))}
+    >>> merge([a]) is a
+    True
     """
+    if len(programs) == 1:
+        return programs[0]
     groups: dict[str, list[tuple[int, ...]]] = {}
     first = 0
     for program in programs:
@@ -85,7 +90,10 @@ def merge(programs: Sequence[Program]) -> Program:
 
 def leading(program: Program, ranks: int) -> Program:
     """The merged ``program``'s first ``ranks`` ranks (its training jobs) as a
-    program for the summary: their ops, memory and stages, its FLOPs and tokens."""
+    program for the summary: their ops, memory and stages, its FLOPs and tokens
+    (all its ranks: the program itself)."""
+    if ranks == program.ranks:
+        return program
     return Program(ops=program.ops[:ranks], groups={},
                    static_memory=program.static_memory[:ranks],
                    model_flops=program.model_flops, tokens=program.tokens,

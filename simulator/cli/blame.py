@@ -78,17 +78,13 @@ def _heat_map(finished, out, top: int) -> str:
     from simulator.config.scenario import from_dict
     from simulator.outputs.link_heatmap import plot_link_heatmap
     from simulator.runner import jobs
-    from workloads.program import build_program
 
     try:
         scenario = from_dict(finished.scenario, base_dir=finished.path)
     except ScenarioError as error:
         return f"not drawn: the run's scenario no longer loads ({error})"
-    if scenario.jobs:  # (the groups do not depend on how long background traffic runs)
-        program = jobs.programs(scenario, 0.0)[0]
-    else:
-        program = build_program(scenario.model, scenario.training, scenario.parallel,
-                                scenario.seed)
+    # (the groups do not depend on how long background traffic runs)
+    program = jobs.programs(scenario, 0.0)[0]
     context = Context(program.groups, finished.placement, scenario.fabric_states())
     use, names = utilisation(finished.comms, context, finished.summary["iteration_time_s"],
                              top=top)

@@ -59,9 +59,16 @@ class Scenario:
     step_model: str  # "pipelined" (NCCL's chunk pipelining) or "lockstep" ring steps
     source: Mapping[str, Any]  # the scenario as written, with overrides applied
     simulation: SimulationSpec = SimulationSpec()  # how it is simulated (config.simulation)
-    # several jobs on the cluster (config.jobs); model, training and parallel are then
-    # the first training job's
-    jobs: tuple[JobSpec, ...] = ()
+    # the jobs section's jobs on the cluster (config.jobs; none: a plain scenario); model,
+    # training and parallel are then the first training job's
+    job_section: tuple[JobSpec, ...] = ()
+
+    @property
+    def jobs(self) -> tuple[JobSpec, ...]:
+        """The set of jobs a run simulates: the jobs section's, or a plain scenario's
+        one training job (its model, training and parallelism on every node)."""
+        return self.job_section or (JobSpec(self.name, tuple(range(self.machine.nodes)),
+                                            self.model, self.training, self.parallel),)
 
     @property
     def fold_ranks(self) -> bool:
@@ -150,7 +157,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model,
-        source=resolved(raw, base_dir), simulation=simulation, jobs=jobs)
+        source=resolved(raw, base_dir), simulation=simulation, job_section=jobs)
 
 
 # keys that name a file, relative to the scenario's folder (a job's model keys too)

@@ -1,5 +1,7 @@
-"""Several jobs on one fabric (``config.jobs``): their programs merged into one
-run, each job's summary, and the slow-down of each against running alone.
+"""A run's set of jobs on one fabric (``Scenario.jobs``: the ``jobs`` section's,
+or a plain scenario's one training job): their programs merged into one run,
+where each runs, each job's summary, and the slow-down of each against
+running alone. A set of one job is the plain run, with nothing merged.
 
 Every training job is also run alone, on the same nodes of the same cluster
 (faults, slow GPUs and all), and its time there is the reference its
@@ -51,11 +53,20 @@ def programs(scenario, background_s: float) -> tuple[Program, list[Placed]]:
     return merge([p.program for p in placed]), placed
 
 
-def placement(placed: Sequence[Placed], gpus: Sequence[str], nodes: int) -> list[str]:
-    """Each merged rank's GPU: a job's ranks fill its nodes in order, node-major."""
-    per_node = len(gpus) // max(1, nodes)
-    return [gpus[node * per_node + g] for p in placed for node in p.job.nodes
-            for g in range(per_node)]
+def placement(placed: Sequence[Placed], gpus: Sequence[str],
+              tray_of: Callable[[str], int]) -> list[str]:
+    """Each merged rank's GPU: a job's ranks fill its nodes in order (each node's
+    GPUs as ``gpus`` lists them; ``tray_of``: a GPU's node as ``cluster.nodes``
+    counts them)."""
+    by_node: dict[int, list[str]] = {}
+    for gpu in gpus:
+        by_node.setdefault(tray_of(gpu), []).append(gpu)
+    return [g for p in placed for node in p.job.nodes for g in by_node.get(node, ())]
+
+
+def listed(scenario) -> bool:
+    """Whether the summary lists each job (a ``jobs`` section), as well as the run."""
+    return bool(scenario.job_section)
 
 
 def durations(placed: Sequence[Placed], program: Program, scenario, speed,
@@ -124,8 +135,9 @@ def summary_program(program: Program, placed: Sequence[Placed]) -> Program:
     return leading(program, training_ranks(placed))
 
 
-def job_of_rank(placed: Sequence[Placed]) -> list[str]:
-    return [p.job.name for p in placed for _ in p.ranks]
+def job_of_rank(placed: Sequence[Placed]) -> list[str] | None:
+    """Each rank's job (blame charges other jobs' traffic); None for a set of one."""
+    return [p.job.name for p in placed for _ in p.ranks] if len(placed) > 1 else None
 
 
 def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
@@ -195,13 +207,13 @@ def run_all(scenario, simulate: Callable) -> object:
         spent["runs"] += 1
     if len(scenario.jobs) > 1:
         for job in (j for j in scenario.jobs if j.background is None):
-            summary = simulate(replace(scenario, jobs=(job,)), 0.0).summary
+            summary = simulate(replace(scenario, job_section=(job,)), 0.0).summary
             alone[job.name] = summary["iteration_time_s"]
             count(summary)
     reach = BACKGROUND_REACH * max(alone.values(), default=0.0)
     for _ in range(MAX_LONGER + 1):
         result = simulate(scenario, reach, alone)
-        ends = [j["until_s"] for j in result.summary["jobs"] if j["kind"] == "background"
+        ends = [j["until_s"] for j in result.summary.get("jobs", ()) if j["kind"] == "background"
                 and scenario_job(scenario, j["name"]).background.duration is None]
         if not ends or min(ends) >= result.summary["iteration_time_s"]:
             break
@@ -209,7 +221,9 @@ def run_all(scenario, simulate: Callable) -> object:
         reach *= 2
     summary = result.summary
     summary.update(events=summary["events"] + spent["events"],
-                   wall_s=summary["wall_s"] + spent["wall_s"], job_runs=spent["runs"] + 1)
+                   wall_s=summary["wall_s"] + spent["wall_s"])
+    if listed(scenario):
+        summary["job_runs"] = spent["runs"] + 1
     return result
 
 

@@ -4,9 +4,12 @@
   (``NotInLockstep``) splits that class (``symmetry.refine``) and runs again,
   until every class stays in lockstep (or every rank runs).
 - ``settle``: compute slowed by NCCL kernels beside it, solved as a fixed point
-  over runs (``contention.solve``), each pass a ``Lockstep`` run.
-- Several jobs on one fabric (``jobs.run_all``): each training job alone
-  first, then together, background traffic lengthened until it outlasts them.
+  over runs (``contention.solve``), each pass a ``Lockstep`` run; the run's
+  lengths to settle are its training jobs' (``jobs.lengths``).
+
+Around them, ``jobs.run_all`` runs the scenario's set of jobs: several, each
+training job alone first, then together, background traffic lengthened until
+it outlasts them; a plain scenario's one job, once.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def settle(setup: Setup, method: symmetry.Method, batch_compute: bool
     result, spans, slowdown = contention.solve(
         lockstep, lambda r: span_table(r, setup.nodes), setup.program,
         _work(setup, lockstep), scenario.gpu.overlap_slowdown, scenario.contention_passes,
-        jobs.lengths(setup.placed) if setup.placed else None)
+        jobs.lengths(setup.placed))
     return lockstep.method, result, spans, slowdown
 
 

@@ -75,8 +75,7 @@ class RunResult:
         from simulator.outputs.style import save
 
         spans, classes = self.spans, None
-        if self.scenario.jobs:  # background traffic runs on past the training jobs
-            options.setdefault("end", self.summary["iteration_time_s"])
+        options.setdefault("end", self.summary["iteration_time_s"])  # (background runs on)
         if self.folded is not None:
             if options.get("ranks"):
                 spans = self.spans_of(options["ranks"])
@@ -200,13 +199,13 @@ def assemble(setup: Setup, method: symmetry.Method, result, spans: pd.DataFrame,
     last pass and its span table, ``slowdown`` how the NCCL-beside-compute
     slow-down was solved (``contention.Contention``), ``alone`` each job's time
     alone, ``wall`` when the run started."""
-    program, placed, fabric = setup.program, setup.placed, setup.fabrics.fabric
+    program, fabric = setup.program, setup.fabrics.fabric
     comms = _comms(result.collectives)
     trained = spans  # the training jobs' spans (background traffic's ranks come last)
-    if placed:
+    if setup.computing < program.ranks:
         trained = spans[spans["rank"].to_numpy() < setup.computing].reset_index(drop=True)
-    path = (slowdown.path if slowdown.path is not None and not placed
-            else critical_path(trained))
+    path = slowdown.path if slowdown.path is not None and trained is spans else \
+        critical_path(trained)
     summary = _summary(setup, result, spans, trained, comms, path, alone)
     spans, folded = _expanded(setup, result, spans)
     if not math.isfinite(summary["iteration_time_s"]):  # never a result to keep
@@ -227,16 +226,16 @@ def _summary(setup: Setup, result, spans: pd.DataFrame, trained: pd.DataFrame,
     scenario, program, placed, gpu = setup.scenario, setup.program, setup.placed, setup.scenario.gpu
     ranks = result.ranks
     peak, lowp = scenario.training.peaks(gpu)
-    summary = summarize(trained, jobs.summary_program(program, placed) if placed else program,
+    summary = summarize(trained, jobs.summary_program(program, placed),
                         result.memory_events, peak, gpu.memory_bytes,
                         [r for r in ranks if r < setup.computing], path,
                         scenario.machine.cluster.host_memory, lowp)
-    if placed:
+    if jobs.listed(scenario):
         summary["jobs"] = jobs.summaries(spans, comms, program, placed, result.memory_events,
                                          ranks, gpu, alone)
     context = blame.Context(program.groups, setup.placement, setup.fabrics,
                             blame.work_of(setup.speed, setup.clocks),
-                            jobs.job_of_rank(placed) if len(placed) > 1 else None)
+                            jobs.job_of_rank(placed))
     summary["blame"] = [c.row() for c in blame.causes(trained, comms, path, context)[:blame.TOP]]
     return summary
 
@@ -266,7 +265,7 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
                 host_stall_s=durations.host_stall(critical),
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),
-                **_model_keys(jobs.lead_notes(placed) if placed else program.notes,
+                **_model_keys(jobs.lead_notes(placed),
                               trained, critical),
                 **stragglers.summary(setup.speed), **throttle.summary(setup.throttled),
                 **({"faults": faults} if faults else {}),

@@ -1,6 +1,6 @@
 """A run's setup: everything the engine needs, made once from the scenario.
 
-The program (several jobs' merged, with each job's block of ranks), the
+The program (the scenario's set of jobs merged, each job's block of ranks), the
 fabric in each state with its lowering (``Scenario.fabric_states``), where each
 rank runs, each GPU's speed factor and throttle clock, and each rank's compute
 durations (kernel table, slow GPUs, host-bound launches). Nothing here runs
@@ -24,7 +24,6 @@ from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.runner import jobs, symmetry
 from workloads.jobs import Placed
-from workloads.program import build_program
 
 
 @dataclass
@@ -33,7 +32,7 @@ class Setup:
 
     scenario: Scenario
     program: Program
-    placed: list[Placed]  # each job's block of ranks (none: one plain job)
+    placed: list[Placed]  # each job's block of ranks (a plain scenario: its one job's)
     fabrics: FabricStates
     placement: list[str]  # each rank's GPU
     nodes: list[int]  # each rank's server, as cluster.nodes counts them
@@ -53,44 +52,36 @@ class Setup:
 def prepare(scenario: Scenario, batch_compute: bool, background_s: float = 0.0) -> Setup:
     """The setup of ``scenario`` (``background_s``: how long background traffic
     without a duration lasts), its size checked before anything large is made."""
-    placed: list = []
-    if scenario.jobs:
-        program, placed = jobs.programs(scenario, background_s)
-    else:
-        program = build_program(scenario.model, scenario.training, scenario.parallel,
-                                scenario.seed)
+    program, placed = jobs.programs(scenario, background_s)
     footprint.check_fabric(scenario.gpus, "cluster.nodes", scenario.machine.nodes)
     if symmetry.why_full(scenario, program, batch_compute):  # every rank will run
         footprint.check_run(program, None)
     fabrics = scenario.fabric_states()
-    placement = (jobs.placement(placed, fabrics.gpus, scenario.machine.nodes) if placed
-                 else fabrics.gpus[: program.ranks])
+    placement = jobs.placement(placed, fabrics.gpus, fabrics.fabric.tray_of)
     nodes = [fabrics.fabric.tray_of(g) for g in placement]
-    computing = jobs.training_ranks(placed) if placed else program.ranks
-    speed, throttled = _speeds(scenario, program, placed, fabrics.gpus, placement, nodes,
+    computing = jobs.training_ranks(placed)
+    speed, throttled = _speeds(scenario, program, fabrics.gpus, placement, nodes,
                                computing)
     model = compute_model(scenario)
-    durations = (jobs.durations(placed, program, scenario, speed, durations_of) if placed
-                 else durations_of(program, model, scenario.training.host_launch, speed))
+    durations = jobs.durations(placed, program, scenario, speed, durations_of)
     clocks = {r: throttle.Clock(s) for r, s in throttled.items()} or None
     return Setup(scenario, program, placed, fabrics, placement, nodes, computing, speed,
                  throttled, clocks, model, durations)
 
 
-def _speeds(scenario: Scenario, program: Program, placed: list, gpus: list[str],
+def _speeds(scenario: Scenario, program: Program, gpus: list[str],
             placement: list[str], nodes: list[int], computing: int
             ) -> tuple[np.ndarray | None, dict]:
     """Each rank's GPU's fixed speed factor (``compute.stragglers``; background
     traffic's ranks at 1) and the training ranks' throttle schedules."""
     machine = scenario.machine
-    index = {g: k for k, g in enumerate(gpus)} if placed else {}
-    gpu_of = [index[g] for g in placement] if placed else None
+    index = {g: k for k, g in enumerate(gpus)}
+    gpu_of = [index[g] for g in placement[:computing]]
     speed = stragglers.factors(machine.slow, machine.gpu_speed_spread, scenario.seed,
-                               nodes[:computing], gpu_of and gpu_of[:computing])
+                               nodes[:computing], gpu_of)
     if speed is not None:
         speed = np.concatenate([speed, np.ones(program.ranks - computing)])
-    throttled = throttle.schedules(machine.throttle, nodes[:computing],
-                                   gpu_of and gpu_of[:computing])
+    throttled = throttle.schedules(machine.throttle, nodes[:computing], gpu_of)
     return speed, throttled
 
 

@@ -1,9 +1,10 @@
 """One run of a scenario, from setup to result, in order: ``run``.
 
-Setup (``setup.prepare``), method (``symmetry.choose``, with the memory check
-of the ranks it simulates), the loops (``loops.settle``: lockstep refinement
-inside the slow-down's fixed point; several jobs: ``jobs.run_all``), result
-(``result.assemble``).
+The scenario's set of jobs (``jobs.run_all``: a plain scenario's one job runs
+once; several, each training job alone first), and for each run: setup
+(``setup.prepare``), method (``symmetry.choose``, with the memory check of the
+ranks it simulates), the loops (``loops.settle``: lockstep refinement inside
+the slow-down's fixed point), result (``result.assemble``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ def run(scenario: Scenario, *, batch_compute: bool = True) -> RunResult:
     trace is the same (a test checks it), only slower.
     """
     with _collector_paused():
-        if scenario.jobs:
-            return jobs.run_all(scenario, lambda s, reach, alone=None: simulate(
-                s, batch_compute, reach, alone or {}))
-        return simulate(scenario, batch_compute)
+        return jobs.run_all(scenario, lambda s, reach, alone=None: simulate(
+            s, batch_compute, reach, alone or {}))
 
 
 def simulate(scenario: Scenario, batch_compute: bool, background_s: float = 0.0,
