@@ -235,3 +235,38 @@ def test_a_runs_steps_are_short_functions():
                     node.end_lineno - node.lineno + 1 >= 40:
                 long.append(f"{path.name}:{node.name}")
     assert long == []
+
+
+def _protected_uses(path: Path) -> tuple[set[str], set[str]]:
+    """(protected names a module's classes use on ``self`` or ``super()``, those it
+    defines: assigned on ``self`` or as methods)."""
+    used, own = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
+                not node.attr.startswith("__"):
+            value = node.value
+            if (isinstance(value, ast.Name) and value.id == "self") or (
+                    isinstance(value, ast.Call) and getattr(value.func, "id", "") == "super"):
+                used.add(node.attr)
+                if isinstance(node.ctx, ast.Store):
+                    own.add(node.attr)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_"):
+            own.add(node.name)
+    return used, own
+
+
+def test_plug_ins_use_the_cores_published_api_and_no_other_plug_ins_internals():
+    """Issue 42, item 3: a plug-in overrides the core's ``HOOKS`` and uses its
+    ``PLUGIN_API``, nothing else of the core's protected state; what one plug-in
+    offers another is public (no plug-in reaches another's protected names)."""
+    from simulator.engine import assemble, core
+
+    _, core_own = _protected_uses(ROOT / "simulator" / "engine" / "core.py")
+    assert core_own >= core.HOOKS | core.PLUGIN_API
+    for name, plugin in assemble.PLUGINS.items():
+        path = ROOT / "simulator" / "engine" / f"{plugin.__module__.rsplit('.', 1)[1]}.py"
+        used, own = _protected_uses(path)
+        foreign = used - own
+        # (another plug-in's protected name would be foreign and not the core's)
+        assert foreign <= core.PLUGIN_API | core.HOOKS, (name, foreign - core.PLUGIN_API)
+        assert (own & core_own) - {"__init__"} <= core.HOOKS | core.PLUGIN_API, name

@@ -450,14 +450,14 @@ def test_the_footprint_counts_only_the_ranks_a_folded_run_simulates():
     """``simulation.fold_ranks`` runs the first rank of each program: the memory
     check counts those (Table 1's 1T row, 3,072 GPUs, was refused counting all)."""
     from simulator.config.scenario import from_dict
-    from simulator.engine.assemble import simulated_ranks
+    from simulator.engine.assemble import Plan
     from tests.test_parallelism import tiny
     from workloads.program import build_program
     scenario = from_dict(tiny(pp=2, dp=8))
     program = build_program(scenario.model, scenario.training, scenario.parallel)
-    folded = simulated_ranks(("batching", "folding"), {}, program)
+    folded = Plan(("batching", "folding")).simulated_ranks(program)
     assert folded == [0, 8]  # one rank per pipeline stage (order tp-cp-dp-pp)
-    assert simulated_ranks(("batching",), {}, program) is None  # every rank
+    assert Plan(("batching",)).simulated_ranks(program) is None  # every rank
     ops = len(program.ops[0]) + len(program.ops[8])
     footprint.check_run(program, folded, memory=ops * footprint.BYTES_PER_OP)
     with pytest.raises(ScenarioError, match="16 simulated ranks"):

@@ -6,8 +6,11 @@ chains their hooks). ``PLUGINS`` is the registry: adding a speed-up is one
 module and one line here, plus its equivalence test. ``NEEDS`` and ``EXCLUDES``
 are the rules of a plan (which plug-ins go together), ``valid_plans()`` every
 plan they allow: the method choice builds no other, and the equivalence test
-runs each one; ``simulated_ranks`` says which ranks a plan runs. A run reads
-a plan's result through ``records.EngineResult`` (``expand`` for the ranks it
+runs each one. A ``Plan`` is typed: its plug-ins and their settings (the
+classes gangs run, from ``program_classes`` or ``tensor_parallel_gangs``,
+published here for the method choice; the dimensions exclusive links settle
+alone); it builds its engine and says which ranks it runs. A run reads a
+plan's result through ``records.EngineResult`` (``expand`` for the ranks it
 stood for, ``replayed`` for the steps it replayed), never a plug-in's own
 records.
 """
@@ -15,8 +18,10 @@ records.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
+from typing import Any
 
 from simulator.base.ir import Program
 from simulator.engine.batching import BatchedCompute
@@ -24,10 +29,11 @@ from simulator.engine.call_groups import CallGroups
 from simulator.engine.core import Engine
 from simulator.engine.exclusive import ExclusiveLinks
 from simulator.engine.folding import Folding, first_of_each_program
-from simulator.engine.gangs import Gangs
+from simulator.engine.gangs import Gangs, program_classes, tensor_parallel_gangs
 from simulator.engine.layer_spans import LayerSpans
 from simulator.engine.passes import Passes
 from simulator.engine.pipeline_streams import PipelineStreams
+from simulator.engine.records import SimulationError
 
 PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     # outermost first: a plug-in listed earlier overrides the hooks of later ones
@@ -40,6 +46,8 @@ PLUGINS: Mapping[str, type[Engine]] = MappingProxyType({
     "layer_spans": LayerSpans,  # includes batching
     "batching": BatchedCompute,
 })
+__all__ = ("PLUGINS", "NEEDS", "EXCLUDES", "Plan", "engine_class", "program_classes",
+           "tensor_parallel_gangs", "valid", "valid_plans")  # the engine's API for a run
 
 
 # What a plan may hold: each plug-in's needs (every one listed must be in the plan
@@ -87,14 +95,48 @@ def valid_plans() -> tuple[tuple[str, ...], ...]:
     return tuple(sorted(plans, key=lambda p: (len(p), p)))
 
 
-def simulated_ranks(names: tuple[str, ...], options: Mapping, program: Program
-                    ) -> list[int] | None:
-    """The ranks a plan runs (None: every rank): with rank folding the first rank
-    of each program, with gangs each class's representative."""
-    if "folding" in names:
-        return first_of_each_program(program)
-    represents = options.get("represents")
-    return list(represents) if represents else None
+@dataclass(frozen=True)
+class Plan:
+    """A run's engine plan, typed: the plug-ins (a set ``valid`` accepts) and
+    their settings. ``represents`` (gangs): each class's representative and
+    the ranks it stands for (``program_classes``, ``tensor_parallel_gangs``);
+    ``strict`` (gangs): stop at the first class whose ranks diverge
+    (``records.NotInLockstep``); ``exclusive`` and ``late`` (exclusive links):
+    the dimensions whose calls may be settled alone and those sharing their
+    servers (``link_sharing.exclusive_dimensions``)."""
+
+    plugins: tuple[str, ...] = ()
+    represents: Mapping[int, tuple[int, ...]] | None = None
+    strict: bool = False
+    exclusive: frozenset[str] = frozenset()
+    late: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not valid(self.plugins):  # (the rules: ``NEEDS``, ``EXCLUDES``)
+            raise SimulationError(f"internal: the engine plug-ins {self.plugins} are not a "
+                                  "valid plan (engine.assemble.valid_plans)")
+        if ("gangs" in self.plugins) != (self.represents is not None) or \
+                ("exclusive_links" in self.plugins) != bool(self.exclusive):
+            raise SimulationError(f"internal: the plan {self.plugins} lacks its settings or "
+                                  "has another plug-in's (represents: gangs; exclusive: "
+                                  "exclusive_links)")
+
+    def engine(self, *args: Any, **core: Any) -> Engine:
+        """This plan's engine on the core's arguments (``Engine``'s: the program,
+        placement, durations, fabric, lowering, clocks and changes)."""
+        options: dict[str, Any] = {}
+        if "gangs" in self.plugins:
+            options.update(represents=self.represents, strict=self.strict)
+        if "exclusive_links" in self.plugins:
+            options.update(exclusive=self.exclusive, late=self.late)
+        return engine_class(*self.plugins)(*args, **core, **options)
+
+    def simulated_ranks(self, program: Program) -> list[int] | None:
+        """The ranks this plan runs (None: every rank): with rank folding the first
+        rank of each program, with gangs each class's representative."""
+        if "folding" in self.plugins:
+            return first_of_each_program(program)
+        return list(self.represents) if self.represents else None
 
 
 def engine_class(*names: str) -> type[Engine]:

@@ -36,21 +36,21 @@ class BatchedCompute(Engine):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
-        self._watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
+        self.phases: dict[int, list[str]] = {}  # per op tuple: each op's phase name
+        self.watched: dict[int, list[bool]] = {}  # per op tuple: has waiters or memory
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         super()._prepare_rank(rank, durations)
         ops = self.program.ops[rank]
-        if id(ops) not in self._phases:
-            self._phases[id(ops)] = list(map(PHASE_NAME.__getitem__, map(PHASE_OF, ops)))
+        if id(ops) not in self.phases:
+            self.phases[id(ops)] = list(map(PHASE_NAME.__getitem__, map(PHASE_OF, ops)))
             watched = [False] * len(ops)
             for i in depended_on(ops):
                 watched[i] = True
             for i, mem in enumerate(map(MEMORY_OF, ops)):
                 if mem:
                     watched[i] = True
-            self._watched[id(ops)] = watched
+            self.watched[id(ops)] = watched
 
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float], at: float | None = None) -> tuple[int, float]:
@@ -59,7 +59,7 @@ class BatchedCompute(Engine):
         position and the end."""
         ops, done = self.program.ops[rank], self.done[rank]
         t = self.env.now if at is None else at
-        phases, spans, watched = self._phases[id(ops)], self.spans, self._watched[id(ops)]
+        phases, spans, watched = self.phases[id(ops)], self.spans, self.watched[id(ops)]
         count, clock = len(indices), self._clocks.get(rank)
         kind = "compute"  # (a stream holds kernels, or only host copies: the offload stream)
         if pos < count and ops[indices[pos]].kernel in HOST_KERNELS:
@@ -68,7 +68,7 @@ class BatchedCompute(Engine):
             i = indices[pos]
             op = ops[i]
             if op.deps:
-                start = self._ready_at(rank, op, t)
+                start = self.ready_at(rank, op, t)
                 if start is None:
                     return pos, t
                 t = start
@@ -82,21 +82,21 @@ class BatchedCompute(Engine):
             t, pos = end, pos + 1
         return pos, t
 
-    def _ready_at(self, rank: int, op: Op, t: float) -> float | None:
+    def ready_at(self, rank: int, op: Op, t: float) -> float | None:
         """When ``op`` can start if its stream is free at ``t``: None if a
         dependency's end is not known yet and no plug-in can settle it now."""
         done, start = self.done[rank], t
         for d in op.deps:  # a plain loop, no max(): a hot path
             end = done[d]
             if end is None:
-                end = self._settle(rank, d)
+                end = self.settle(rank, d)
                 if end is None:
                     return None
             if end > start:
                 start = end
         return start
 
-    def _settle(self, rank: int, op_index: int) -> float | None:
+    def settle(self, rank: int, op_index: int) -> float | None:
         """Fix the end of a not-yet-run op of another stream now, if a plug-in can
         (``exclusive``: a collective on links nobody else uses); else None."""
         return None

@@ -94,7 +94,7 @@ class CallGroups(Gangs):
         self._record(rank, op, start, start, ends[batch.own], row)
         late = max(ends)
         if late - min(ends) > LOCKSTEP_TOLERANCE * max(late, 1e-6):  # (seldom: look closer)
-            self._check_lockstep(rank, op, list(zip(batch.members, ends, strict=True)))
+            self.check_lockstep(rank, op, list(zip(batch.members, ends, strict=True)))
         self.mate_blocks.setdefault(rank, {})[row] = batch.plan
         self._finish(rank, op_index, late)
 
@@ -104,7 +104,7 @@ class CallGroups(Gangs):
         others' are read only where a call of the same groups goes the reference
         way, and the gang holds those groups whole, so they always move together)."""
         seq = self._seq[rank].get(dim, 0)
-        for members in self._gang_groups(rank, dim)[0].values():
+        for members in self.gang_groups(rank, dim)[0].values():
             self._seq[members[0]][dim] = seq
         self._behind.discard((rank, dim))
 
@@ -127,7 +127,7 @@ class CallGroups(Gangs):
         key = (rank, op.group, op.collective, op.bytes, op.name)  # (the name is logged)
         if key in self._call_groups:
             return self._call_groups[key]
-        held, own, plan = self._gang_groups(rank, op.group)
+        held, own, plan = self.gang_groups(rank, op.group)
         whole = [tuple(self.program.groups[op.group][g]) for g in held]
         batch = None
         if plan is not None and all(len(held[g]) == len(m) and (

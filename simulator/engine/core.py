@@ -23,12 +23,17 @@ communication log (one row per call or message, in the order they end) and
 memory events ((time, delta, category) per rank, applied at an op's end).
 
 Speed-ups are subclasses in their own modules (``batching``, ``layer_spans``,
-``passes``, ``folding``, ``gangs``, ``call_groups``, ``exclusive``) that override
-the hooks below; each has an equivalence test against this class as its
-contract. Hooks:
-``_process`` (the generator run for a stream), ``_compute`` (plan compute ops
-from a stream position), ``_collective`` and ``_p2p`` (generators for one op),
+``passes``, ``pipeline_streams``, ``folding``, ``gangs``, ``call_groups``,
+``exclusive``) that override the hooks below; each has an equivalence test
+against this class as its contract. ``HOOKS``: ``_process`` (the generator run
+for a stream), ``_compute`` (plan compute ops from a stream position),
+``_collective`` and ``_p2p`` (generators for one op), ``_waiter`` (the event an
+op's dependants wait on), ``_prepare_rank`` (a rank's plan before it runs),
 ``_arriving`` (the ranks calls wait for), ``_expander`` and ``_inexact``.
+``PLUGIN_API``: the core's state and helpers a plug-in may use besides
+(``tests/test_architecture.py`` checks that plug-ins use nothing else of the
+core's, and no other plug-in's protected names: what one offers another is
+public, e.g. ``Gangs.check_lockstep``).
 
 The engine knows nothing of topologies or workloads: it gets a Program, the
 GPU of each rank, compute durations, a Fabric and a collective lowering (a
@@ -58,6 +63,16 @@ from simulator.network.fabric import Fabric
 from simulator.network.flows import Network, succeed_at
 
 STREAM_OF = attrgetter("stream")
+HOOKS = frozenset({"_process", "_compute", "_collective", "_p2p", "_waiter", "_prepare_rank",
+                   "_arriving", "_expander", "_inexact"})
+PLUGIN_API = frozenset({
+    # state: GPU clocks, each stream's next op and ops, waiters, call counters, each
+    # rank's group index per dimension, messages in flight, the collective lowering
+    "_clocks", "_cursor", "_streams", "_waiters", "_seq", "_group_of", "_messages", "_lower",
+    # helpers: wait for all, an arrival's callback, an op's end, a call's join, a message,
+    # a span's record, a stream's generator, waking an op's waiters
+    "_all", "_arrived", "_finish", "_join", "_message", "_record", "_stream", "_wake",
+})
 ROUNDING = 1e-12  # seconds: shorter waits and transfers are floating-point rounding (no
 # kernel or message of the model lasts a picosecond)
 

@@ -34,14 +34,14 @@ class ExclusiveLinks(Gangs):
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._exclusive, self._late = exclusive, late
-        self._covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
+        self.covered = {(dim, rep): gang for dim in exclusive for rep in self.ranks
                          if rep in self._group_of.get(dim, ())  # (other jobs' ranks are not)
                          and (gang := self._whole_groups(rep, dim))}
         self._alone_cache: dict[tuple, tuple[float, str, tuple]] = {}
         self._alone_blocks: dict[tuple, tuple] = {}
         # per op tuple, per op of an exclusive stream: (stream, position, the stream's
         # previous op, whether it may run alone: no late call may overlap it)
-        self._inlinable: dict[int, list[tuple | None]] = {}
+        self.inlinable: dict[int, list[tuple | None]] = {}
         self._awaited: dict[tuple[int, str], bool] = {}  # (op tuple, stream): all awaited
         self._lazy: set[tuple[int, str]] = set()  # (rank, stream) settled without a process
         self._shared: dict[int, list[int]] = {}  # per op tuple: calls a late call may overlap
@@ -55,14 +55,14 @@ class ExclusiveLinks(Gangs):
     def _whole_groups(self, rep: int, dim: str) -> list[tuple[int, tuple[int, ...]]]:
         """The ``dim`` groups of ``rep``'s gang (index, members), if the gang holds
         every member of each (else [])."""
-        held, _, _ = self._gang_groups(rep, dim)
+        held, _, _ = self.gang_groups(rep, dim)
         groups = [(g, tuple(self.program.groups[dim][g])) for g in held]
         return groups if all(len(held[g]) == len(m) for g, m in groups) else []
 
     def _prepare_rank(self, rank: int, durations: list[float]) -> None:
         super()._prepare_rank(rank, durations)
         ops = self.program.ops[rank]
-        if id(ops) not in self._inlinable:
+        if id(ops) not in self.inlinable:
             out: list[tuple | None] = [None] * len(ops)
             depended = depended_on(ops)
             shared = self._shared[id(ops)] = alone_calls(ops, self._exclusive, self._late)
@@ -74,29 +74,29 @@ class ExclusiveLinks(Gangs):
                         out[i] = (stream, position, indices[position - 1] if position else None,
                                   i not in overlapped)
                     self._awaited[(id(ops), stream)] = all(i in depended for i in indices)
-            self._inlinable[id(ops)] = out
+            self.inlinable[id(ops)] = out
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
         ops = self.program.ops[rank]
-        if self._inlinable[id(ops)][indices[0]] is not None:
+        if self.inlinable[id(ops)][indices[0]] is not None:
             # a stream of exclusive calls (all or none of a stream's ops are inlinable)
-            where = self._inlinable[id(ops)]
+            where = self.inlinable[id(ops)]
             if self._awaited[(id(ops), stream)] and all(where[i][3] for i in indices) and all(
-                    (g, rank) in self._covered for g in {ops[i].group for i in indices}):
+                    (g, rank) in self.covered for g in {ops[i].group for i in indices}):
                 self._lazy.add((rank, stream))
-                return self._no_process()
+                return self.no_process()
             return self._settling_stream(rank, stream, indices, durations)
         return super()._process(rank, stream, indices, durations)
 
     @staticmethod
-    def _no_process():
+    def no_process():
         """A stream whose calls are settled when needed (``_settle_when_ready``)."""
         yield from ()
 
     def _waiter(self, rank: int, op_index: int):
         """Waiting for a lazily settled call: settle it as soon as its inputs end."""
         event = super()._waiter(rank, op_index)
-        where = self._inlinable.get(id(self.program.ops[rank]), ())
+        where = self.inlinable.get(id(self.program.ops[rank]), ())
         if where and where[op_index] is not None and (rank, where[op_index][0]) in self._lazy:
             self._settle_when_ready(rank, op_index)
         return event
@@ -109,12 +109,12 @@ class ExclusiveLinks(Gangs):
         first matters, at the time the reference stream would have run it,
         without a process waking for every call."""
         ops, done = self.program.ops[rank], self.done[rank]
-        stream, position, _, _ = self._inlinable[id(ops)][op_index]
+        stream, position, _, _ = self.inlinable[id(ops)][op_index]
         indices = self._streams[rank][stream]
         while done[op_index] is None:
             i = indices[self._cursor[(rank, stream)]]
-            if self._settle(rank, i, floor=0.0) is None:  # when its inputs end, even past
-                previous = self._inlinable[id(ops)][i][2]
+            if self.settle(rank, i, floor=0.0) is None:  # when its inputs end, even past
+                previous = self.inlinable[id(ops)][i][2]
                 blocker = next(d for d in (*ops[i].deps, previous)
                                if d is not None and done[d] is None)
                 self._waiter(rank, blocker).callbacks.append(
@@ -143,7 +143,7 @@ class ExclusiveLinks(Gangs):
             self._cursor[key] = pos + 1
             yield from self._collective(rank, i, op)
 
-    def _sharing(self, rank: int, first: int, end: int) -> bool:
+    def sharing(self, rank: int, first: int, end: int) -> bool:
         """Whether a late call may share links with a call in ``[first, end)``."""
         shared = self._shared[id(self.program.ops[rank])]
         if not shared:
@@ -152,18 +152,18 @@ class ExclusiveLinks(Gangs):
         return at < len(shared) and shared[at] < end
 
     def _collective(self, rank: int, op_index: int, op: Op):
-        if (op.group, rank) in self._covered and self._inlinable[id(
+        if (op.group, rank) in self.covered and self.inlinable[id(
                 self.program.ops[rank])][op_index][3]:
             self._alone(rank, op_index, op, self.env.now)
             return
         yield from super()._collective(rank, op_index, op)
 
-    def _settle(self, rank: int, op_index: int, floor: float | None = None) -> float | None:
+    def settle(self, rank: int, op_index: int, floor: float | None = None) -> float | None:
         """Run an exclusive-link collective now, at its planned time, if it is next on
         its stream, its inputs' ends are known, and this rank's gang is its whole
         group; return its end, or None. (A hot path: plain loops, no helpers.)"""
         ops = self.program.ops[rank]
-        where = self._inlinable[id(ops)][op_index]
+        where = self.inlinable[id(ops)][op_index]
         if where is None:
             return None
         stream, position, previous, alone = where
@@ -171,7 +171,7 @@ class ExclusiveLinks(Gangs):
         if self._cursor[key] != position or not alone:
             return None
         op, done = ops[op_index], self.done[rank]
-        if (op.group, rank) not in self._covered:
+        if (op.group, rank) not in self.covered:
             return None
         start = self.env.now if floor is None else floor
         for d in (*op.deps, previous) if previous is not None else op.deps:
@@ -189,18 +189,18 @@ class ExclusiveLinks(Gangs):
         each group whole here at ``start``: each ends at its isolated time plus
         latency. Each group's call is logged; the gang is in lockstep when all end
         together."""
-        block, durations, uniform, own, plan, longest = self._alone_block(rank, op)
+        block, durations, uniform, own, plan, longest = self.alone_block(rank, op)
         self.calls_alone += 1
-        row = self._log_alone(rank, block, durations, own, plan, start)
+        row = self.log_alone(rank, block, durations, own, plan, start)
         self.spans.append((rank, op.stream, "comm", op.name, start, start + durations[own],
                            PHASE_NAME[op.phase], op.microbatch, op.layer, op.bytes, row))
         if not uniform:
-            self._check_lockstep(rank, op, [(members, start + d) for (_, members), d in
-                                            zip(self._covered[(op.group, rank)], durations,
+            self.check_lockstep(rank, op, [(members, start + d) for (_, members), d in
+                                            zip(self.covered[(op.group, rank)], durations,
                                                 strict=True)])
         self._finish(rank, op_index, start + longest)
 
-    def _log_alone(self, rank: int, block: list, durations: list[float], own: int,
+    def log_alone(self, rank: int, block: list, durations: list[float], own: int,
                    plan: int | None, start: float) -> int:
         """Log the calls of ``_alone_block``'s ``block`` starting at ``start``; the
         row of ``rank``'s own group's call."""
@@ -210,7 +210,7 @@ class ExclusiveLinks(Gangs):
             self.mate_blocks.setdefault(rank, {})[row] = plan
         return row
 
-    def _alone_block(self, rank: int, op: Op) -> tuple:
+    def alone_block(self, rank: int, op: Op) -> tuple:
         """The log rows (but their times) and durations of the calls of ``rank``'s
         gang's whole groups for ``op``, whether all durations are equal (then the
         gang is in lockstep by construction), the position of ``rank``'s own group,
@@ -220,11 +220,11 @@ class ExclusiveLinks(Gangs):
         cached = self._alone_blocks.get(key)
         if cached is None:
             block, durations = [], []
-            for index, members in self._covered[(op.group, rank)]:
+            for index, members in self.covered[(op.group, rank)]:
                 duration, kind, row = self._alone_call(op, index, members)
                 block.append((op.group, index, kind, op.name, *row))  # no seq, no times
                 durations.append(duration)
-            _, own, plan = self._gang_groups(rank, op.group)
+            _, own, plan = self.gang_groups(rank, op.group)
             cached = self._alone_blocks[key] = (block, durations, len(set(durations)) == 1,
                                                 own, plan, max(durations))
         return cached

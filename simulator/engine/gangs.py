@@ -64,11 +64,11 @@ class Gangs(Engine):
     def __init__(self, *args, represents: dict[int, tuple[int, ...]], strict: bool = False,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._mates = {r: tuple(m) for r, m in represents.items()}
-        for rep, mates in self._mates.items():
+        self.mates = {r: tuple(m) for r, m in represents.items()}
+        for rep, mates in self.mates.items():
             if any(self.program.ops[m] is not self.program.ops[rep] for m in mates):
                 raise SimulationError(f"rank {rep} cannot represent ranks with other programs")
-        self.ranks = sorted(self._mates)
+        self.ranks = sorted(self.mates)
         self.network = BatchNetwork(self.env, self.fabric.capacity)  # mates send in lockstep
         self._send_plans: dict[tuple, list[tuple]] = {}
         self.mate_calls: dict[int, dict[int, int]] = {}  # mate -> {rep's log row: its own}
@@ -78,23 +78,23 @@ class Gangs(Engine):
         self.divergence: str | None = None  # the first mate that ended apart, if any
         self._strict = strict  # raise NotInLockstep at the end if any gang diverged
         self._parts: dict[int, dict[int, int]] = {}  # rep -> member -> part, once split
-        self._rep_of = {m: rep for rep, ms in self._mates.items() for m in (rep, *ms)}
+        self._rep_of = {m: rep for rep, ms in self.mates.items() for m in (rep, *ms)}
         self._group_plans: dict[tuple, tuple | None] = {}
         self._gang_group_cache: dict[tuple[int, str], tuple] = {}
         self._group_heads: dict[tuple, list[tuple]] = {}  # a message group's log fields
 
     def _arriving(self) -> set[int]:
-        return set(self.ranks) | {m for ms in self._mates.values() for m in ms}
+        return set(self.ranks) | {m for ms in self.mates.values() for m in ms}
 
     def _collective(self, rank: int, op_index: int, op: Op):
         index = self._group_of[op.group][rank]
-        groups, _, plan = self._gang_groups(rank, op.group)
+        groups, _, plan = self.gang_groups(rank, op.group)
         calls = {g: self._join(members, op) for g, members in groups.items()}
         own = calls[index]
         arrival = self.env.now
         yield self._all([call.done for call in calls.values()])
         self._record(rank, op, arrival, own.start, own.end, own.row)
-        self._check_lockstep(rank, op, [(members, calls[g].end)
+        self.check_lockstep(rank, op, [(members, calls[g].end)
                                         for g, members in groups.items()])
         rows = [call.row for call in calls.values()]
         if plan is not None and rows == list(range(rows[0], rows[0] + len(rows))):
@@ -107,7 +107,7 @@ class Gangs(Engine):
                         self.mate_calls.setdefault(mate, {})[own.row] = calls[g].row
         self._finish(rank, op_index, max(c.end for c in calls.values()))
 
-    def _gang_groups(self, rank: int, dim: str) -> tuple[dict[int, list[int]], int, int | None]:
+    def gang_groups(self, rank: int, dim: str) -> tuple[dict[int, list[int]], int, int | None]:
         """The ``dim`` groups ``rank``'s gang has members in (group index -> those
         members, by group index), the position of ``rank``'s own group among them,
         and the block plan of its mates' rows when the groups' calls are logged
@@ -115,7 +115,7 @@ class Gangs(Engine):
         key = (rank, dim)
         if key not in self._gang_group_cache:
             groups: dict[int, list[int]] = {}
-            for r in (rank, *self._mates[rank]):
+            for r in (rank, *self.mates[rank]):
                 groups.setdefault(self._group_of[dim][r], []).append(r)
             groups = dict(sorted(groups.items()))
             own = list(groups).index(self._group_of[dim][rank])
@@ -125,7 +125,7 @@ class Gangs(Engine):
         return self._gang_group_cache[key]
 
     def _p2p(self, rank: int, op_index: int, op: Op):
-        plan = self._group_plan(rank, op)
+        plan = self.group_plan(rank, op)
         if plan is None:
             yield from self._p2p_each(rank, op_index, op)
             return
@@ -133,7 +133,7 @@ class Gangs(Engine):
         order, positions, plan_id = plan
         key, group = self._message(rank, op, order, MessageGroup)
         if op.kind is OpKind.SEND:
-            self._send_group(key, group, op)
+            self.send_group(key, group, op)
         yield group.done
         own = positions[0]
         row = group.first_row + own
@@ -143,14 +143,14 @@ class Gangs(Engine):
         self.mate_blocks.setdefault(rank, {})[row] = plan_id  # the group's rows are a block
         early, late = group.spread
         if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
-            self._check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
-                                            zip((rank, *self._mates[rank]), positions,
+            self.check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
+                                            zip((rank, *self.mates[rank]), positions,
                                                 strict=True)])
         self._finish(rank, op_index, max(arrival, late))
         if op.kind is OpKind.RECV:
             del self._messages[key]
 
-    def _group_plan(self, rank: int, op: Op) -> tuple | None:
+    def group_plan(self, rank: int, op: Op) -> tuple | None:
         """How ``rank``'s gang sends or receives on ``op.group`` as one message group:
         (its pairs in order, each member's position among them, the plan of its mates'
         rows), when the peers of those pairs are exactly one gang (then that gang
@@ -158,13 +158,13 @@ class Gangs(Engine):
         Cached."""
         key = (rank, op.group, op.kind)
         if key not in self._group_plans:
-            of, gang = self._group_of[op.group], (rank, *self._mates[rank])
+            of, gang = self._group_of[op.group], (rank, *self.mates[rank])
             pairs = [of[r] for r in gang]
             side = 1 if op.kind is OpKind.SEND else 0
             peers = {self.program.groups[op.group][p][side] for p in pairs}
             rep = self._rep_of.get(min(peers))
             plan = None
-            if rep is not None and peers == {rep, *self._mates[rep]}:
+            if rep is not None and peers == {rep, *self.mates[rep]}:
                 order = tuple(sorted(pairs))
                 at = {p: n for n, p in enumerate(order)}
                 positions = [at[p] for p in pairs]
@@ -182,7 +182,7 @@ class Gangs(Engine):
             self.plans.append(dict(key))
         return self._plan_ids[key]
 
-    def _send_group(self, key: tuple, group: MessageGroup, op: Op) -> None:
+    def send_group(self, key: tuple, group: MessageGroup, op: Op) -> None:
         """Start a message group: per latency one batch of transfers whose parts write
         their ends down, one event for the lot; each message is logged (in pair
         order) before anyone wakes."""
@@ -227,7 +227,7 @@ class Gangs(Engine):
         """A gang's sends or receives one message at a time (its peers are not one
         gang)."""
         arrival = self.env.now
-        mine = [self._message(r, op) for r in (rank, *self._mates[rank])]
+        mine = [self._message(r, op) for r in (rank, *self.mates[rank])]
         if op.kind is OpKind.SEND:
             self._send(mine, op)
         yield self._all([m.done for _, m in mine])
@@ -235,16 +235,16 @@ class Gangs(Engine):
         start = max(arrival, message.start)
         self._record(rank, op, arrival if op.kind is OpKind.RECV else start, start,
                      message.end, message.row)
-        for mate, (_, other) in zip(self._mates[rank], mine[1:], strict=True):
+        for mate, (_, other) in zip(self.mates[rank], mine[1:], strict=True):
             self.mate_calls.setdefault(mate, {})[message.row] = other.row
-        self._check_lockstep(rank, op, [((r,), max(arrival, m.end)) for r, (_, m) in zip(
-            (rank, *self._mates[rank]), mine, strict=True)])
+        self.check_lockstep(rank, op, [((r,), max(arrival, m.end)) for r, (_, m) in zip(
+            (rank, *self.mates[rank]), mine, strict=True)])
         self._finish(rank, op_index, max(arrival, *(m.end for _, m in mine)))
         if op.kind is OpKind.RECV:
             for other_key, _ in mine:
                 del self._messages[other_key]
 
-    def _check_lockstep(self, rank: int, op: Op,
+    def check_lockstep(self, rank: int, op: Op,
                         ends: list[tuple[Sequence[int], float]]) -> None:
         """Note an op that ends at different times for different members of a gang
         (``ends``: members and when the op completes for them: their call's end, or
@@ -322,7 +322,7 @@ class Gangs(Engine):
         return plan
 
     def _expander(self):
-        return Folded(self._mates, self.mate_calls, self.mate_blocks, self.plans)
+        return Folded(self.mates, self.mate_calls, self.mate_blocks, self.plans)
 
 
 def in_step(ends: dict[int, float]) -> list[tuple[int, ...]]:

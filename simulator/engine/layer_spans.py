@@ -67,7 +67,7 @@ class LayerSpans(BatchedCompute):
         ops, streams = self.program.ops[rank], self._streams[rank]
         if id(ops) not in self._segments:
             self._segments[id(ops)] = segments(ops, streams.get(COMPUTE_STREAM, []),
-                                               self._watched[id(ops)])
+                                               self.watched[id(ops)])
         if COMPUTE_STREAM in streams:
             self._cum[rank] = list(accumulate(
                 (durations[i] for i in streams[COMPUTE_STREAM]), initial=0.0))
@@ -75,13 +75,13 @@ class LayerSpans(BatchedCompute):
     def _compute(self, rank: int, indices: list[int], pos: int,
                  durations: list[float], at: float | None = None) -> tuple[int, float]:
         ops, t = self.program.ops[rank], self.env.now if at is None else at
-        phases, segs, cum = self._phases[id(ops)], self._segments[id(ops)], self._cum[rank]
+        phases, segs, cum = self.phases[id(ops)], self._segments[id(ops)], self._cum[rank]
         merged: list | None = None  # the open layer-level span
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
             if op.deps:
-                start = self._ready_at(rank, op, t)
+                start = self.ready_at(rank, op, t)
                 if start is None:
                     break
                 t = start

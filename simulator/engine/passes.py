@@ -133,7 +133,7 @@ class Passes(ExclusiveLinks):
         done, ops = self.done[rank], self.program.ops[rank]
         compute_free, free = t, []  # free: each lane's
         for stream, first_call, _ in template.lanes:
-            _, position, previous, _ = self._inlinable[id(ops)][first + first_call]
+            _, position, previous, _ = self.inlinable[id(ops)][first + first_call]
             if self._cursor[(rank, stream)] != position:
                 return None
             free.append(t)
@@ -171,7 +171,7 @@ class Passes(ExclusiveLinks):
                 ) -> tuple[int, float]:
         done, waiters, row = self.done[rank], self._waiters, len(self.collectives)
         for slot, block, durations, own, plan in template.logged:
-            self._log_alone(rank, block, durations, own, plan, starts[slot])
+            self.log_alone(rank, block, durations, own, plan, starts[slot])
         self.calls_alone += len(template.logged)
         for offset, end in zip(template.offsets, ends):  # noqa: B905 - equal by making
             i = first + offset
@@ -193,7 +193,7 @@ class Passes(ExclusiveLinks):
     def _template(self, rank: int, step: tuple, indices: list[int], pos: int,
                   durations: list[float]) -> Template | None:
         first, end, key = step  # (steps of one kind whose durations differ: own templates)
-        if self._sharing(rank, first, end):  # (not cached: another instance may run alone)
+        if self.sharing(rank, first, end):  # (not cached: another instance may run alone)
             return None
         cache = (rank, key, indices[pos] - first, tuple(durations[first:end]))
         if cache not in self._templates:
@@ -206,7 +206,7 @@ class Passes(ExclusiveLinks):
         or None when its ops cannot be replayed (a non-kernel op on the compute
         stream, a call that is not exclusive here, ranks of a gang out of step)."""
         ops = self.program.ops[rank]
-        inlinable = self._inlinable[id(ops)]
+        inlinable = self.inlinable[id(ops)]
         covered = []
         for i in range(kernel, end):
             op = ops[i]
@@ -215,7 +215,7 @@ class Passes(ExclusiveLinks):
                     return None
                 covered.append(i)
             elif inlinable[i] is not None:
-                if (op.group, rank) not in self._covered:
+                if (op.group, rank) not in self.covered:
                     return None
                 covered.append(i)
         if {ops[i].microbatch for i in covered} != {ops[kernel].microbatch}:
@@ -226,7 +226,7 @@ class Passes(ExclusiveLinks):
                durations: list[float]) -> Template | None:
         """The covered ops as instructions, their log blocks and span columns."""
         first, end = step
-        ops, inlinable = self.program.ops[rank], self._inlinable[id(self.program.ops[rank])]
+        ops, inlinable = self.program.ops[rank], self.inlinable[id(self.program.ops[rank])]
         slot = {i: n for n, i in enumerate(covered)}
         lanes: dict[str, list] = {}  # stream: [its lane, first call's offset, calls]
         program, logged, rows = [], [], 0  # rows: log rows of the calls so far
@@ -239,7 +239,7 @@ class Passes(ExclusiveLinks):
                 program.append((i - first, -1, durations[i], 0.0, inner, outer))
                 _span(columns, op, "compute", -1)
                 continue
-            block, times, uniform, own, plan, longest = self._alone_block(rank, op)
+            block, times, uniform, own, plan, longest = self.alone_block(rank, op)
             if not uniform:
                 return None
             lane = lanes.setdefault(inlinable[i][0], [len(lanes), i - first, 0])

@@ -53,13 +53,13 @@ class PipelineStreams(Passes):
         self._driven_durations: dict[int, list[float]] = {}
 
     def _process(self, rank: int, stream: str, indices: list[int], durations: list[float]):
-        if stream not in DRIVEN or rank not in self._mates:
+        if stream not in DRIVEN or rank not in self.mates:
             return super()._process(rank, stream, indices, durations)
         self._driven_durations[rank] = durations
         self._free[(rank, stream)] = 0.0
         drive = self._drive_compute if stream == COMPUTE_STREAM else self._drive_pipeline
         self._later(0.0, lambda: drive(rank))
-        return self._no_process()
+        return self.no_process()
 
     def _later(self, delay: float, then: Callable[[], None]) -> None:
         """Call ``then`` ``delay`` seconds from now (one SimPy event, no process)."""
@@ -102,7 +102,7 @@ class PipelineStreams(Passes):
             for d in op.deps:
                 end = done[d]
                 if end is None:  # a call settled at its inputs' ends, even past ones
-                    end = self._settle(rank, d, floor=0.0)
+                    end = self.settle(rank, d, floor=0.0)
                     if end is None:  # not known yet: go on once it has ended
                         self._cursor[key], self._free[key] = pos, free
                         self._when_done(rank, d, lambda: self._drive_compute(rank))
@@ -123,7 +123,7 @@ class PipelineStreams(Passes):
         while pos < len(indices):
             i = indices[pos]
             op = ops[i]
-            plan = self._group_plan(rank, op) if op.kind is not OpKind.COLLECTIVE else None
+            plan = self.group_plan(rank, op) if op.kind is not OpKind.COLLECTIVE else None
             if plan is None:
                 self._hand_back(rank, PP_STREAM)
                 return
@@ -142,7 +142,7 @@ class PipelineStreams(Passes):
             order = plan[0]
             message_key, group = self._message(rank, op, order, MessageGroup)
             if op.kind is OpKind.SEND:
-                self._send_group(message_key, group, op)
+                self.send_group(message_key, group, op)
             if group.done.callbacks is not None:  # not arrived yet: go on when it has
                 group.done.callbacks.append(lambda _event, i=i, op=op, k=message_key, g=group,
                                             arrival=start, plan=plan: self._arrived_at(
@@ -163,8 +163,8 @@ class PipelineStreams(Passes):
         self.mate_blocks.setdefault(rank, {})[row] = plan_id
         early, late = group.spread
         if late - early > LOCKSTEP_TOLERANCE * max(late, 1e-6):
-            self._check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
-                                            zip((rank, *self._mates[rank]), positions,
+            self.check_lockstep(rank, op, [((r,), max(arrival, group.ends[at])) for r, at in
+                                            zip((rank, *self.mates[rank]), positions,
                                                 strict=True)])
         end = max(arrival, late)
         self._finish(rank, op_index, end)

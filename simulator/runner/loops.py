@@ -20,7 +20,6 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from simulator.engine.assemble import engine_class
 from simulator.engine.records import NotInLockstep
 from simulator.runner import contention, jobs, symmetry
 from simulator.runner.result import span_table
@@ -39,10 +38,9 @@ class Lockstep:
         fabrics = setup.fabrics
         while True:
             try:
-                return engine_class(*self.method.plugins)(
+                return self.method.engine(
                     setup.program, setup.placement, durations, fabrics.fabric,
-                    fabrics.lowering, clocks=setup.clocks, changes=fabrics.changes,
-                    **self.method.options).run()
+                    fabrics.lowering, clocks=setup.clocks, changes=fabrics.changes).run()
             except NotInLockstep as diverged:  # a class's ranks diverged: split, run again
                 gc.collect()  # the stopped run's processes (cycles) while the collector is off
                 self.method = symmetry.refine(setup.scenario, self.method, diverged,

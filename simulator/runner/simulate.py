@@ -15,7 +15,6 @@ from contextlib import contextmanager
 
 from simulator.base import footprint
 from simulator.config.scenario import Scenario
-from simulator.engine.assemble import simulated_ranks
 from simulator.runner import jobs, loops, symmetry
 from simulator.runner.result import RunResult, assemble
 from simulator.runner.setup import Setup, prepare
@@ -50,7 +49,7 @@ def _method(setup: Setup, batch_compute: bool) -> symmetry.Method:
                              batch_compute, pace, clocked=setup.clocks is not None,
                              fabric_changes=bool(setup.fabrics.changes))
     if not method.full_because:  # (every rank's ops were checked in the setup)
-        footprint.check_run(program, simulated_ranks(method.plugins, method.options, program))
+        footprint.check_run(program, method.simulated_ranks(program))
     elif pace is not None:  # every rank for its GPUs' speeds: not checked in the setup
         footprint.check_run(program, None)
     return method

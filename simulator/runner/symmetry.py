@@ -29,36 +29,28 @@ symmetry (...)"`` or ``"all ranks: compute jitter breaks symmetry"``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simulator.base.ir import Program
 from simulator.compute.jitter import jitter_factors, slowest_member
 from simulator.config.scenario import Scenario
-from simulator.engine.assemble import valid
-from simulator.engine.gangs import program_classes, tensor_parallel_gangs
+from simulator.engine.assemble import Plan, program_classes, tensor_parallel_gangs
 from simulator.engine.link_sharing import exclusive_dimensions
-from simulator.engine.records import NotInLockstep, SimulationError
+from simulator.engine.records import NotInLockstep
 from simulator.network.fabric import Fabric
 
 
 @dataclass(frozen=True)
-class Method:
-    """The engine plug-ins for a run, and why."""
+class Method(Plan):
+    """The engine plan for a run (``engine.assemble.Plan``: its plug-ins, checked
+    against the rules, and their typed settings), and why."""
 
-    plugins: tuple[str, ...]
-    options: dict[str, Any] = field(default_factory=dict)
     automatic: bool = False  # chosen by symmetry: refined, or every rank, if inexact
     full_because: str = ""  # why every rank is simulated ("" when fewer are)
     refinements: int = 0  # times the classes were split where ranks diverged
     approximate_jitter: bool = False  # one rank per class stands for jittered ranks
-
-    def __post_init__(self) -> None:
-        if not valid(self.plugins):  # (the rules: ``engine.assemble.NEEDS``, ``EXCLUDES``)
-            raise SimulationError(f"internal: the engine plug-ins {self.plugins} are not a "
-                                  "valid plan (engine.assemble.valid_plans)")
 
     def durations(self, program: Program, base: Callable[[int], np.ndarray], seed: int,
                   jitter: float) -> Callable[[int], np.ndarray]:
@@ -101,8 +93,8 @@ def choose(scenario: Scenario, program: Program, placement: list[str], fabric: F
     method = _gangs(base, program, placement, fabric, automatic=True, replay=replay,
                     settle=not fabric_changes)
     if pace is not None:  # slow GPUs in classes of their own, and their group peers
-        represents = equitable(refined_by(method.options["represents"], pace), program.groups)
-        method = replace(method, options={**method.options, "represents": represents})
+        method = replace(method, represents=equitable(refined_by(method.represents, pace),
+                                                       program.groups))
     return replace(method, approximate_jitter=scenario.compute_jitter > 0)
 
 
@@ -140,9 +132,9 @@ def refine(scenario: Scenario, method: Method, diverged: NotInLockstep,
     if method.refinements >= MAX_REFINEMENTS:
         return full(scenario, batch_compute, f"{diverged} (after {method.refinements} "
                     "splits of the classes), so symmetry does not hold")
-    split = refined(method.options["represents"], diverged.split)
-    options = {**method.options, "represents": equitable(split, groups)}
-    return replace(method, options=options, refinements=method.refinements + 1)
+    split = refined(method.represents, diverged.split)
+    return replace(method, represents=equitable(split, groups),
+                   refinements=method.refinements + 1)
 
 
 def refined(represents: dict[int, tuple[int, ...]], split: list[tuple[int, ...]]
@@ -227,16 +219,15 @@ def _gangs(base: tuple[str, ...], program: Program, placement: list[str], fabric
     every instance of a step kind must take the same time, which per-kernel
     jitter breaks)."""
     represents = program_classes(program) if automatic else tensor_parallel_gangs(program)
-    options: dict[str, Any] = {"represents": represents,
-                               "strict": automatic}  # automatic: stop at a divergence
     exclusive, late = exclusive_dimensions(program, fabric, placement) if settle else \
-        (None, None)
-    if exclusive:
-        options.update(exclusive=exclusive, late=late)
+        (frozenset(), frozenset())
     passes = ("passes", "pipeline_streams") if replay and exclusive and program.steps and \
         base == ("batching",) else ()
     return Method((*base, "gangs", "call_groups",
-                   *(("exclusive_links",) if exclusive else ()), *passes), options, automatic)
+                   *(("exclusive_links",) if exclusive else ()), *passes),
+                  represents=represents, strict=automatic,  # automatic: stop at a divergence
+                  exclusive=exclusive, late=late if exclusive else frozenset(),
+                  automatic=automatic)
 
 
 def describe(method: Method, simulated: int, ranks: int, inexact: str | None
