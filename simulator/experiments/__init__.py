@@ -1,6 +1,7 @@
 """Many runs: sweeps (``sweep_design``: the grid and zip axes and their cases;
 ``sweep``: running them, nothing lost), the validation set (``validate``,
-cases in ``validation/``), and the layout search (``layouts``, ``estimate``,
+cases in ``validation/``), and the layout search (``layouts``: its parallel
+dimensions read from ``workloads.program.DIMENSIONS``, ``estimate``,
 ``search``, ``search_best``). Each run is ``simulator.runner``'s.
 
 May import every ``simulator`` package except ``simulator.cli``.
