@@ -1,6 +1,8 @@
 """The ``clustersim`` command line.
 
-    clustersim run SCENARIO.yaml --out DIR [--format png|pdf|svg] [--json] [--set k=v ...]
+    clustersim run SCENARIO.yaml [MORE.yaml ...] --out DIR [--format png|pdf|svg] [--json]
+                   [--set k=v ...]   (several: each into DIR/NAME, one table compares them)
+    clustersim init [FILE] [--cluster P --nodes N --model P --tp --pp --cp --ep ...] [--force]
     clustersim collective --cluster dgx-a100 --nodes 2 --op all_reduce --min-bytes 1M \
         --max-bytes 8G [--factor 2] [--group 0-7] [--algorithm A] [--protocol P] [--csv FILE]
     clustersim gantt RUN_DIR [--out FILE] [--ranks 0-7,64] [--from T] [--to T] [--streams]
@@ -17,6 +19,8 @@
     clustersim validate [--case NAME ...] [--tag TAG ...] [--csv FILE] [--markdown] [--list]
     clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
+    clustersim completion bash|zsh|fish
+    clustersim --version
 
 Exit codes: 0 success; 1 the simulation or its outputs failed (a deadlock the
 scenario implies, a failed sweep case, a disk full or a file too large while
@@ -24,9 +28,10 @@ writing, memory exhausted); 2 bad input (one line on stderr); 3 internal error
 (a bug: one line on stderr, the traceback saved to a file); 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM): partial outputs removed.
 
-One module per command (``run``, ``collective``, ``gantt``, ``comms``, ``compare``,
-``trace``, ``blame``, ``sweep``, ``plot``, ``validate``, ``calibrate``,
-``presets``, ``search``), registered in ``COMMANDS`` below; ``options`` checks and
+One module per command (``run``, ``init``, ``collective``, ``gantt``, ``comms``,
+``compare``, ``trace``, ``blame``, ``sweep``, ``plot``, ``validate``,
+``calibrate``, ``presets``, ``search``, ``completion``), registered in
+``COMMANDS`` below; ``options`` checks and
 makes every output path before a command works.
 """
 
@@ -46,7 +51,9 @@ from simulator.cli import (
     collective,
     comms,
     compare,
+    completion,
     gantt,
+    init,
     plot,
     presets,
     run,
@@ -63,18 +70,31 @@ from simulator.outputs.out_dirs import OutputError, RunDirError
 
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
-COMMANDS = {"run": run, "presets": presets, "collective": collective, "gantt": gantt,
-            "comms": comms, "compare": compare, "trace": trace, "blame": blame, "sweep": sweep,
-            "search": search, "plot": plot, "validate": validate, "calibrate": calibrate}
+COMMANDS = {"run": run, "init": init, "presets": presets, "collective": collective,
+            "gantt": gantt, "comms": comms, "compare": compare, "trace": trace, "blame": blame,
+            "sweep": sweep, "search": search, "plot": plot, "validate": validate,
+            "calibrate": calibrate, "completion": completion}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clustersim", description="Simulate distributed transformer training.")
+    parser.add_argument("--version", action="version", version=f"clustersim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS.values():
         command.add_parser(sub)
+    parser.set_defaults(parser=parser)  # (``completion`` reads the commands off it)
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (the source tree's pyproject.toml otherwise)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("clustersim")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 class Terminated(BaseException):

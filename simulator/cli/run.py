@@ -1,4 +1,6 @@
-"""``clustersim run``: simulate one iteration of a scenario and write its run directory."""
+"""``clustersim run``: simulate one iteration of a scenario and write its run
+directory; given several scenarios, each into its own folder (named after the
+scenario) and one table comparing them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from simulator.base.clock import STARTED
 from simulator.base.units import format_bytes, format_time
 from simulator.base.user_files import file_name
 from simulator.cli import options
-from simulator.config.scenario import load
+from simulator.config.scenario import ScenarioError, load
 from simulator.outputs import out_dirs, run_dir
 from simulator.outputs.out_dirs import OutputError
 from simulator.outputs.style import FORMATS
@@ -20,8 +22,11 @@ from simulator.outputs.style import FORMATS
 
 def add_parser(sub) -> None:
     run = sub.add_parser("run", help="simulate one training iteration of a scenario")
-    run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
+    run.add_argument("scenario", nargs="+", help="scenario YAML file(s); several: each "
+                                                 "runs in turn and a table compares them")
+    run.add_argument("--out", help="output directory (default: runs/<scenario name>); with "
+                                   "several scenarios, the folder holding each one's run, "
+                                   "named after it (default: runs)")
     run.add_argument("--format", choices=FORMATS, default="png", help="Gantt figure format")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
     run.add_argument("--spans-csv", action="store_true",
@@ -166,12 +171,24 @@ _STARTS = [STARTED]  # the process's first command started at the package's impo
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.scenario) > 1:
+        return _several(args)
+    started = _STARTS.pop() if _STARTS else time.perf_counter()
+    scenario = load(args.scenario[0], args.set)
+    option = "--out" if args.out else "name (the default --out runs/NAME)"
+    out = Path(args.out) if args.out else Path("runs") / file_name(scenario.name)
+    summary, traced = _one(args, scenario, out, option, started)
+    _print(args, summary, out, started, traced)
+    return 0
+
+
+def _one(args: argparse.Namespace, scenario, out: Path, option: str, started: float
+         ) -> tuple[dict, bool]:
+    """Run ``scenario`` into the run directory ``out``: (its summary, whether a
+    trace was written)."""
     from simulator.runner.simulate import run as simulate
 
-    started = _STARTS.pop() if _STARTS else time.perf_counter()
-    scenario = load(args.scenario, args.set)
-    option = "--out" if args.out else "name (the default --out runs/NAME)"
-    out = options.output_dir(args.out or Path("runs") / file_name(scenario.name), option)
+    out = options.output_dir(out, option)
     held = out_dirs.replaceable(out, option)
     # an internal error's traceback goes beside the run directory (which a run replaces
     # whole, and where a file of its own would make it no longer a run's)
@@ -187,8 +204,61 @@ def run(args: argparse.Namespace) -> int:
     if held not in (None, scenario.name):
         print(f"note: {out} held a run of the scenario {held!r}; it now holds this one",
               file=sys.stderr)
-    _print(args, result.summary, out, started, run_dir.writes_trace(result, args.trace))
-    return 0
+    return result.summary, run_dir.writes_trace(result, args.trace)
+
+
+def _several(args: argparse.Namespace) -> int:
+    """Every scenario checked first, then each run into ``--out``/NAME in turn
+    (one that fails is reported in the table, the others still run); the table,
+    or the summaries as a JSON list. Exit 1 when one failed."""
+    from simulator.engine.records import SimulationError
+
+    scenarios = [load(path, args.set) for path in args.scenario]
+    folders = [file_name(s.name) for s in scenarios]
+    for k, name in enumerate(folders):
+        if name in folders[:k]:
+            first = args.scenario[folders.index(name)]
+            raise ScenarioError(f"{args.scenario[k]}: its name {scenarios[k].name!r} is "
+                                f"also {first}'s; each run needs a folder of its own: give "
+                                "the scenarios different names")
+    parent = Path(args.out or "runs")
+    rows = []
+    for path, scenario, name in zip(args.scenario, scenarios, folders, strict=True):
+        started = time.perf_counter()
+        try:
+            summary, _ = _one(args, scenario, parent / name, "--out", started)
+            rows.append((path, scenario.name, parent / name, summary, ""))
+        except SimulationError as error:
+            rows.append((path, scenario.name, parent / name, None, str(error)))
+            print(f"{path}: simulation failed: {error}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([{"scenario": path, "name": name, "run_dir": str(out),
+                           **({"summary": s} if s else {"error": why})}
+                          for path, name, out, s, why in rows], indent=2))
+    else:
+        print(comparison(rows))
+    return 1 if any(s is None for *_, s, _ in rows) else 0
+
+
+COLUMNS = ("scenario", "GPUs", "iteration", "tokens/s", "MFU", "peak memory", "exposed comm",
+           "bubble", "run directory")
+
+
+def comparison(rows: list[tuple]) -> str:
+    """A text table of several runs' headline figures, one row per scenario."""
+    table = [COLUMNS]
+    for _, name, out, s, why in rows:
+        if s is None:
+            table.append((name, "-", f"failed: {why}"[:60], "", "", "", "", "", str(out)))
+            continue
+        table.append((name, f"{s['gpus']:,}", format_time(s["iteration_time_s"]),
+                      f"{s['tokens_per_s']:,.0f}", f"{s['mfu']:.1%}",
+                      f"{s['peak_memory_gib']:.1f} GiB" + (" OOM" if s["oom"] else ""),
+                      format_time(s["exposed_comm_s"]), format_time(s["bubble_s"]), str(out)))
+    widths = [max(len(str(row[k])) for row in table) for k in range(len(COLUMNS))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in table]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
 def _print(args, summary: dict, out: Path, started: float, traced: bool) -> None:
