@@ -270,3 +270,30 @@ def test_plug_ins_use_the_cores_published_api_and_no_other_plug_ins_internals():
         # (another plug-in's protected name would be foreign and not the core's)
         assert foreign <= core.PLUGIN_API | core.HOOKS, (name, foreign - core.PLUGIN_API)
         assert (own & core_own) - {"__init__"} <= core.HOOKS | core.PLUGIN_API, name
+
+
+def test_a_run_walks_the_runners_modules_in_order():
+    """Issue 42's walk: a scenario goes through the runner's modules in the order
+    the package docstring gives, each entered first in that order: the set of
+    jobs, the setup, the method, the loops, the slow-down's fixed point, the
+    result (their helpers are called from the step that needs them)."""
+    import sys
+
+    from simulator.config.scenario import load
+    from simulator.runner.simulate import run
+    from tests.conftest import QUICKSTART
+
+    scenario = load(QUICKSTART)
+    first: list[str] = []
+
+    def entered(frame, event, arg):
+        name = frame.f_globals.get("__name__", "")
+        if event == "call" and name.startswith("simulator.runner.") and name not in first:
+            first.append(name)
+    sys.setprofile(entered)
+    try:
+        run(scenario)
+    finally:
+        sys.setprofile(None)
+    assert [n.rsplit(".", 1)[1] for n in first] == [
+        "simulate", "jobs", "setup", "symmetry", "loops", "contention", "result"]
