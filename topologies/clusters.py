@@ -76,25 +76,25 @@ class ClusterSpec:
     scenario's ``cluster`` section, checked as declared here."""
 
     name: str
-    gpu: str = setting(choice(GPUS))
-    gpus_per_node: int = setting(integer(1))
+    gpu: str = setting(choice(GPUS))  # the GPU (its specs: cluster.gpu presets)
+    gpus_per_node: int = setting(integer(1))  # GPUs per server (a tray of a rack)
     intra_node: IntraNode
     nvlink_bandwidth: float = setting(BANDWIDTH)  # bytes/s per GPU per direction
-    nics_per_node: int = setting(integer(1))
+    nics_per_node: int = setting(integer(1))  # network adapters per server
     nic_bandwidth: float = setting(BANDWIDTH)  # bytes/s per NIC per direction
     link_latency: float = setting(LATENCY, 1e-6)  # seconds per inter-node fabric link
     nvlink_latency: float = setting(LATENCY, 0.5e-6)  # seconds per NVLink hop
     pcie_bandwidth: float = setting(BANDWIDTH, 32e9)  # GPU <-> NIC, bytes/s per direction
     pcie_latency: float = 0.5e-6
-    nvlink_efficiency: float = setting(EFFICIENCY, 0.783)
-    nic_efficiency: float = setting(EFFICIENCY, 0.96)
+    nvlink_efficiency: float = setting(EFFICIENCY, 0.783)  # share of NVLink bandwidth reached
+    nic_efficiency: float = setting(EFFICIENCY, 0.96)  # share of a NIC's bandwidth reached
     nvls: bool = setting(boolean, False)  # NVSwitch with NVLink SHARP (in-switch reductions)
-    nvls_efficiency: float = setting(EFFICIENCY, 0.836)
+    nvls_efficiency: float = setting(EFFICIENCY, 0.836)  # share of NVLink reached by NVLS
     # how a switch picks among equal-cost paths: "d-mod-k" (InfiniBand's ftree
     # routing: by destination, collision-free for permutations) or "hash" (ECMP
     # on Ethernet/RoCE: each GPU pair's flow pinned to a path by a seeded hash)
     ecmp: str = setting(choice(("d-mod-k", "hash")), "d-mod-k")
-    ecmp_seed: int = setting(integer(0), 0)
+    ecmp_seed: int = setting(integer(0), 0)  # the seed of ecmp: hash's path choice
     sharp: bool = setting(boolean, False)  # switches reduce in the network (InfiniBand SHARP)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
     # GPUs per NVLink domain (0: one server's). A domain of several servers (trays)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.base.fields import BANDWIDTH, SIZE, choice, integer, quantity, setting
 from simulator.base.ir import (
     BG_STREAM,
     COMPUTE_STREAM,
@@ -32,6 +33,7 @@ from simulator.base.ir import (
     Phase,
     Program,
 )
+from simulator.base.units import Dimension
 
 TRAFFIC = ("all_to_all", "storage")
 
@@ -40,12 +42,15 @@ TRAFFIC = ("all_to_all", "storage")
 class BackgroundSpec:
     """A background job's traffic (``jobs.NAME`` with ``kind: background``)."""
 
-    traffic: str  # "all_to_all" or "storage"
-    rate: float  # bytes per second each GPU offers
-    message: float  # bytes of one message (an all-to-all's buffer per GPU)
-    servers: int = 1  # storage: the first nodes of the job serve
-    direction: str = "write"  # storage: clients write to servers, or read from them
-    duration: float | None = None  # seconds of traffic; None: as long as the jobs run
+    # all_to_all (every GPU to every other) or storage (clients to the first nodes)
+    traffic: str = setting(choice(TRAFFIC), required=True)
+    rate: float = setting(BANDWIDTH, required=True)  # bytes per second each GPU offers
+    message: float = setting(SIZE, 4 * 2**20)  # one message (an all-to-all's buffer per GPU)
+    servers: int = setting(integer(1), 1)  # storage: the first nodes of the job serve
+    # storage: clients write to servers, or read from them
+    direction: str = setting(choice(["write", "read"]), "write")
+    # seconds of traffic (default: as long as the training jobs run)
+    duration: float | None = setting(quantity(Dimension.TIME, positive=True), None)
 
     @property
     def period(self) -> float:

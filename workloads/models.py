@@ -35,14 +35,14 @@ class ModelSpec:
     scenario's ``model`` section (over a preset, or all of them inline)."""
 
     name: str
-    layers: int = setting(integer(1))
-    hidden: int = setting(integer(1))
-    heads: int = setting(integer(1))
-    kv_heads: int = setting(integer(1))
-    ffn_hidden: int = setting(integer(1))
-    vocab: int = setting(integer(1))
-    mlp: Mlp = setting(member(Mlp), Mlp.GELU)
-    tied_embeddings: bool = setting(boolean, True)
+    layers: int = setting(integer(1))  # transformer layers
+    hidden: int = setting(integer(1))  # the hidden size (model width)
+    heads: int = setting(integer(1))  # attention (query) heads
+    kv_heads: int = setting(integer(1))  # key/value heads (fewer: grouped-query attention)
+    ffn_hidden: int = setting(integer(1))  # the MLP's inner width
+    vocab: int = setting(integer(1))  # vocabulary size (padded to a multiple of 128 x tp)
+    mlp: Mlp = setting(member(Mlp), Mlp.GELU)  # the MLP: gelu (GPT) or swiglu (Llama)
+    tied_embeddings: bool = setting(boolean, True)  # output layer shares the embedding
     learned_positions: bool = True  # GPT: learned position table; Llama: rotary
     # Mixture of experts (Megatron-Core's MoE layer; 0 experts: a dense model)
     # routed experts in each MoE layer (at most MAX_EXPERTS: published models route over
@@ -70,16 +70,16 @@ class ModelSpec:
     # sliding-window attention: each query sees the last ``sliding_window`` tokens; every
     # ``sliding_window_pattern``-th layer keeps full attention (0: none does)
     sliding_window: int | None = setting(integer(1), None)
-    sliding_window_pattern: int = setting(integer(0), 0)
+    sliding_window_pattern: int = setting(integer(0), 0)  # every n-th layer full (0: none)
     # multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 Sec. 2.1; kernels:
     # ``workloads.kernels.mla_kernels``): queries and keys/values through low-rank
     # latents, the HF config's names; standard: grouped-query attention
     attention: str = setting(choice(["standard", "mla"]), "standard")
     q_lora_rank: int | None = setting(integer(1), None)  # None: queries projected directly
-    kv_lora_rank: int = setting(integer(1), 512)
-    qk_nope_head_dim: int = setting(integer(1), 128)
-    qk_rope_head_dim: int = setting(integer(1), 64)
-    v_head_dim: int = setting(integer(1), 128)
+    kv_lora_rank: int = setting(integer(1), 512)  # MLA: the keys' and values' latent
+    qk_nope_head_dim: int = setting(integer(1), 128)  # MLA: a head's non-rotary width
+    qk_rope_head_dim: int = setting(integer(1), 64)  # MLA: a head's rotary width
+    v_head_dim: int = setting(integer(1), 128)  # MLA: a value head's width
     # multi-token prediction depths (DeepSeek-V3 Sec. 2.2; HF num_nextn_predict_layers):
     # each a projection, a layer of the last layer's kind and the shared output head,
     # on the last pipeline stage (``workloads.kernels.mtp_kernels``)

@@ -48,9 +48,9 @@ ACTIVATION_BYTES = 2  # activations, norms and communication in BF16/FP16 at eve
 class TrainingSpec:
     """The ``training`` section: batch shape, precision, recompute, attention kernel."""
 
-    seq_len: int = setting(integer(1), required=True)
-    global_batch: int = setting(integer(1), required=True)
-    micro_batch: int = setting(integer(1), 1)
+    seq_len: int = setting(integer(1), required=True)  # tokens per sequence
+    global_batch: int = setting(integer(1), required=True)  # sequences per iteration
+    micro_batch: int = setting(integer(1), 1)  # sequences per micro-batch
     # bf16 | fp16, or a low-precision format for the linear layers' GEMMs
     # (workloads.precision): fp8, mxfp8 (Blackwell), nvfp4 (Blackwell)
     precision: str = setting(choice(PRECISIONS), "bf16")
@@ -61,7 +61,7 @@ class TrainingSpec:
     # parameters kept (and all-gathered) in the low format (Megatron's
     # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes)
     fp8_param_gather: bool = setting(boolean, False)
-    recompute: Recompute = setting(member(Recompute), Recompute.NONE)
+    recompute: Recompute = setting(member(Recompute), Recompute.NONE)  # activations recomputed
     # Megatron-Core's --recompute-modules (workloads.recompute): listing modules makes
     # the recompute selective; selective alone re-runs core_attn
     recompute_modules: tuple = setting(choices(RECOMPUTE_MODULES, "a module"), ())
@@ -142,7 +142,7 @@ class Sharding(Enum):
 class FsdpSpec:
     """The ``parallelism.fsdp`` section (PyTorch FSDP's options)."""
 
-    sharding: Sharding = setting(member(Sharding), Sharding.FULL_SHARD)
+    sharding: Sharding = setting(member(Sharding), Sharding.FULL_SHARD)  # FSDP's strategy
     # gather the next layer's parameters while this one computes
     prefetch: bool = setting(boolean, True)
     # free gathered parameters after each forward
@@ -203,11 +203,11 @@ class ParallelSpec:
     """Degrees and strategies, with Megatron's names: the ``parallelism`` section
     (``dp`` defaults to what the GPUs leave: set by the scenario loader)."""
 
-    dp: int = setting(integer(1), 1)
-    tp: int = setting(integer(1), 1)
-    cp: int = setting(integer(1), 1)
-    pp: int = setting(integer(1), 1)
-    sequence_parallel: bool = setting(boolean, False)
+    dp: int = setting(integer(1), 1)  # data-parallel size (default: the GPUs the others leave)
+    tp: int = setting(integer(1), 1)  # tensor-parallel size
+    cp: int = setting(integer(1), 1)  # context-parallel size (ring attention)
+    pp: int = setting(integer(1), 1)  # pipeline stages
+    sequence_parallel: bool = setting(boolean, False)  # Megatron's sequence parallelism (tp)
     # Transformer Engine's userbuffers: all-gathers and reduce-scatters split and
     # pipelined with the GEMMs beside them (Megatron-Core --tp-comm-overlap)
     tp_comm_overlap: bool = setting(boolean, False)
@@ -215,7 +215,7 @@ class ParallelSpec:
     # carved with etp out of the tp x cp x dp ranks of a stage (the rest: expert
     # data parallelism, over which expert gradients are reduced)
     ep: int = setting(integer(1), 1)
-    etp: int = setting(integer(1), 1)
+    etp: int = setting(integer(1), 1)  # expert tensor-parallel size
     # how a MoE layer moves tokens to its experts (Megatron-Core's flag): alltoall (a
     # copy per routed expert), allgather (every rank gathers the group's tokens,
     # reduce-scatters the outputs) or flex (DeepEP / HybridEP: a token sent once to
@@ -232,19 +232,19 @@ class ParallelSpec:
     # Megatron-Core's --delay-wgrad-compute: a MoE layer's expert weight gradients run
     # after its dispatch backward has started, beside it (with moe_overlap: 1f1b)
     delay_wgrad_compute: bool = setting(boolean, False)
-    schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)
-    virtual_stages: int = setting(integer(1), 1)
+    schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)  # pipeline schedule
+    virtual_stages: int = setting(integer(1), 1)  # chunks per stage (interleaved)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage
-    zero: int = setting(choice([0, 1, 2, 3]), 0)
-    fsdp: FsdpSpec | None = setting(nested(FsdpSpec), None)
-    order: str = setting(rank_order, "tp-cp-dp-pp")
+    zero: int = setting(choice([0, 1, 2, 3]), 0)  # ZeRO stage (1: distributed optimizer)
+    fsdp: FsdpSpec | None = setting(nested(FsdpSpec), None)  # PyTorch FSDP instead of ZeRO
+    order: str = setting(rank_order, "tp-cp-dp-pp")  # rank order, fastest varying first
     # how gradients are reduced and parameters gathered: the framework's defaults
     # (``workloads.frameworks``), each overridable under the framework's own flag name
     framework: Framework = setting(member(Framework), Framework.MEGATRON)
-    bucket_size: float | None = setting(SIZE, None)
-    overlap_grad_reduce: bool = setting(boolean, True)
-    grad_reduce_in_fp32: bool | None = setting(boolean, None)
-    overlap_param_gather: bool | None = setting(boolean, None)
+    bucket_size: float | None = setting(SIZE, None)  # gradient bucket (default: framework's)
+    overlap_grad_reduce: bool = setting(boolean, True)  # reduce buckets during the backward
+    grad_reduce_in_fp32: bool | None = setting(boolean, None)  # None: the framework's
+    overlap_param_gather: bool | None = setting(boolean, None)  # None: the framework's
     deepspeed: DeepSpeedSpec | None = setting(nested(DeepSpeedSpec), None)  # framework: deepspeed
     ranks_per_node: int = 8  # for FSDP hybrid_shard: the shard group stays in a server
     # consecutive ranks that share an NVLink domain (a server's, or a rack's in an NVL72

@@ -30,6 +30,19 @@ def fail(path: str, value: object, allowed: str) -> ScenarioError:
     return ScenarioError(f"{path}: {value!r} {allowed}")
 
 
+def says(check: Check, allowed: str) -> Check:
+    """``check`` with ``allowed``, what it accepts in a few words, for the
+    generated reference (``allowed_by``)."""
+    check.allowed = allowed
+    return check
+
+
+def allowed_by(check: Check) -> str:
+    """What ``check`` accepts: its ``says`` text, else its docstring's first sentence."""
+    said = getattr(check, "allowed", None)
+    return said or " ".join((check.__doc__ or "").split()).split(". ")[0].rstrip(".")
+
+
 def integer(minimum: int, maximum: int | None = None) -> Check:
     def parse(path: str, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
@@ -37,7 +50,8 @@ def integer(minimum: int, maximum: int | None = None) -> Check:
             raise fail(path, value, f"must be an integer >= {minimum}" if maximum is None
                        else f"must be an integer from {minimum} to {maximum:,}")
         return value
-    return parse
+    return says(parse, f"integer >= {minimum}" if maximum is None
+                else f"integer from {minimum} to {maximum:,}")
 
 
 def number(minimum: float, maximum: float = float("inf")) -> Check:
@@ -47,16 +61,19 @@ def number(minimum: float, maximum: float = float("inf")) -> Check:
             raise fail(path, value, f"must be a number in [{minimum:g}, {maximum:g}]"
                        if math.isfinite(maximum) else f"must be a finite number >= {minimum:g}")
         return float(value)
-    return parse
+    return says(parse, f"number in [{minimum:g}, {maximum:g}]" if math.isfinite(maximum)
+                else f"number >= {minimum:g}")
 
 
 def boolean(path: str, value: object) -> bool:
+    """true or false"""
     if not isinstance(value, bool):
         raise fail(path, value, "must be true or false")
     return value
 
 
 def text(path: str, value: object) -> str:
+    """text"""
     if not isinstance(value, str) or not value:
         raise fail(path, value, "must be a non-empty string")
     return value
@@ -69,7 +86,7 @@ def choice(options: Iterable[Any]) -> Check:
         if isinstance(value, bool) or value not in names:
             raise fail(path, value, f"is not one of: {', '.join(map(str, names))}")
         return value
-    return parse
+    return says(parse, f"one of: {', '.join(map(str, names))}")
 
 
 def choices(options: Iterable[Any], what: str = "an option") -> Check:
@@ -84,13 +101,13 @@ def choices(options: Iterable[Any], what: str = "an option") -> Check:
         if len(set(out)) < len(out):
             raise fail(path, value, f"names {what} twice")
         return out
-    return parse
+    return says(parse, f"a list of: {allowed_by(pick)[len('one of: '):]} (each once)")
 
 
 def member(enum: type) -> Check:
     """One of an Enum's values, returned as the member."""
     pick = choice(m.value for m in enum)
-    return lambda path, value: enum(pick(path, value))
+    return says(lambda path, value: enum(pick(path, value)), allowed_by(pick))
 
 
 def quantity(dimension: units.Dimension, positive: bool) -> Check:
@@ -104,7 +121,8 @@ def quantity(dimension: units.Dimension, positive: bool) -> Check:
             raise fail(path, value, f"must be a {sign} {dimension.name.lower()}, "
                                     f"e.g. {dimension.value}")
         return parsed
-    return parse
+    return says(parse, f"{'positive' if positive else 'non-negative'} "
+                       f"{dimension.name.lower()} with its unit, e.g. {dimension.value}")
 
 
 BANDWIDTH = quantity(units.Dimension.BANDWIDTH, positive=True)
@@ -136,7 +154,8 @@ def schema_of(spec: type) -> dict[str, tuple[Check, Any]]:
 
 def nested(spec: type) -> Check:
     """A sub-section configuring ``spec``, checked by it: returns the spec."""
-    return lambda path, value: spec(**section(path, value, schema_of(spec)))
+    return says(lambda path, value: spec(**section(path, value, schema_of(spec))),
+                f"a section of {spec.__name__}'s settings")
 
 
 # Names users bring from Megatron-LM, DeepSpeed and papers, for the keys we spell

@@ -14,8 +14,8 @@ def add_parser(sub) -> None:
     compare = sub.add_parser("compare", help="two finished runs side by side",
                              description="Print two runs' summaries side by side and draw "
                                          "their Gantt charts on one time axis.")
-    compare.add_argument("run_a")
-    compare.add_argument("run_b")
+    compare.add_argument("run_a", help="the first run directory (clustersim run --out)")
+    compare.add_argument("run_b", help="the second run directory")
     compare.add_argument("--out", help="figure file (default: RUN_B/compare.png)")
     compare.add_argument("--ranks", help="ranks to draw in both, e.g. 0-7,64")
 

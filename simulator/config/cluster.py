@@ -34,13 +34,22 @@ from topologies.networks.base import LEAF_PORTS, OVERSUBSCRIPTION
 SHARED_NETWORK_KEYS = ("oversubscription", "leaf_ports")  # may also be given on cluster
 
 
+@dataclasses.dataclass(frozen=True)
+class FabricSection:
+    """The ``cluster.fabric`` section's own keys, beside its kind's settings."""
+
+    type: str | None = setting(choice(NETWORKS), None)  # the network kind (default: preset's)
+    faults: tuple = setting(faults.parse, ())  # degraded and failed parts (topologies.faults)
+
+
 def _fabric_section(path: str, raw: object) -> dict[str, Any]:
     """A ``cluster.fabric`` section: ``type`` (a kind of ``topologies.networks``) and
-    that kind's own settings, checked by the kind's spec."""
+    that kind's own settings, checked by the kind's spec; ``faults``."""
     if not isinstance(raw, dict):
         raise fail(path, raw, "must be a mapping of keys to values")
-    rest = {k: v for k, v in raw.items() if k not in ("type", "faults")}
-    values = {"type": choice(NETWORKS)(f"{path}.type", raw["type"])} if "type" in raw else {}
+    own = schema_of(FabricSection)
+    rest = {k: v for k, v in raw.items() if k not in own}
+    values = {"type": own["type"][0](f"{path}.type", raw["type"])} if "type" in raw else {}
     if "type" not in raw:  # the kind is the preset's: check against every kind's keys
         schema = {k: v for kind in NETWORKS.values() for k, v in schema_of(kind).items()}
     else:
@@ -49,8 +58,8 @@ def _fabric_section(path: str, raw: object) -> dict[str, Any]:
     schema = {k: (check, REQUIRED if default is REQUIRED and "type" in raw else None)
               for k, (check, default) in schema.items()}
     given = section(path, rest, schema)
-    if raw.get("faults") is not None:  # degraded and failed parts (topologies.faults)
-        values["faults"] = faults.parse(f"{path}.faults", raw["faults"])
+    if raw.get("faults") is not None:
+        values["faults"] = own["faults"][0](f"{path}.faults", raw["faults"])
     return {**values, **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -102,13 +111,23 @@ class Machine:
         return build_cluster(self.cluster, self.nodes)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterSection:
+    """The ``cluster`` section's own keys, beside the preset's settings it may
+    override (``ClusterSpec``) and the run-time ones (``Machine``)."""
+
+    preset: str = setting(choice(CLUSTERS), required=True)  # the system (clustersim presets)
+    nodes: int = setting(integer(1), 1)  # servers (trays of a rack-scale system)
+    # the inter-node network: its kind (type) and that kind's settings, and faults
+    fabric: dict | None = setting(_fabric_section, None)
+    # the fabric's leaf ports and oversubscription, given here for the preset's kind
+    oversubscription: float | None = setting(OVERSUBSCRIPTION[0], None)
+    leaf_ports: int | None = setting(LEAF_PORTS[0], None)  # (as fabric.leaf_ports)
+
+
 SCHEMA = {
-    "preset": (choice(CLUSTERS), REQUIRED),
-    "nodes": (integer(1), 1),
+    **schema_of(ClusterSection),
     **{key: (check, None) for key, (check, _) in schema_of(ClusterSpec).items()},
-    "oversubscription": (OVERSUBSCRIPTION[0], None),
-    "leaf_ports": (LEAF_PORTS[0], None),
-    "fabric": (_fabric_section, None),
     **schema_of(Machine),  # the run-time settings
 }
 

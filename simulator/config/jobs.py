@@ -15,41 +15,49 @@ reaches any key. A job's errors name it: ``jobs.train-b: parallelism: ...``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.base.fields import (
-    BANDWIDTH,
-    REQUIRED,
-    SIZE,
     ScenarioError,
     choice,
     fail,
     integer,
-    quantity,
+    schema_of,
     section,
+    setting,
 )
-from simulator.base.units import Dimension
 from simulator.config.cluster import Machine
 from simulator.config.model import model_from
 from simulator.config.training import check_layout, parallel_from, training_from
 from topologies.placement import POLICIES, PlacementError, place
-from workloads.background import TRAFFIC, BackgroundSpec
+from workloads.background import BackgroundSpec
 from workloads.jobs import JobSpec
 
 TRAINING_KEYS = ("model", "training", "parallelism")
 MIN_PERIOD = 1e-6  # s between a background GPU's messages, at least: NCCL's per-call
 # latency is several microseconds, so closer messages only queue
-PLACEMENT = {"nodes": (lambda path, v: v, REQUIRED), "placement": (choice(POLICIES), None),
-             "kind": (choice(["training", "background"]), "training")}
-BACKGROUND = {
-    "traffic": (choice(TRAFFIC), REQUIRED),
-    "rate": (BANDWIDTH, REQUIRED),  # offered by each GPU
-    "message": (SIZE, 4 * 2**20),
-    "servers": (integer(1), 1),
-    "direction": (choice(["write", "read"]), "write"),
-    "duration": (quantity(Dimension.TIME, positive=True), None),
-}
+
+
+def _nodes(path: str, value: object) -> object:
+    """a node count or a list of node indices"""
+    return value  # (checked with the placement: ``_head``)
+
+
+@dataclass(frozen=True)
+class JobHead:
+    """A job's own keys in ``jobs.NAME``, beside its sections (a training job's
+    model, training and parallelism; background traffic's ``BackgroundSpec``)."""
+
+    nodes: object = setting(_nodes, required=True)  # how many servers, or which (indices)
+    # how a node count is placed (default contiguous; a list of nodes places itself)
+    placement: str | None = setting(choice(POLICIES), None)
+    kind: str = setting(choice(["training", "background"]), "training")  # what the job is
+
+
+PLACEMENT = schema_of(JobHead)
+BACKGROUND = schema_of(BackgroundSpec)
 
 
 def jobs_from(raw: object, machine: Machine, seed: int,

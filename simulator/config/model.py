@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, text
+from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, setting, text
 from simulator.base.user_files import read_text, user_path
 from workloads.hf_config import HfConfigError, model_from_hf
 from workloads.models import MODELS, Mlp, ModelSpec
 
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The ``model`` section's own keys, beside ``ModelSpec``'s settings (which
+    override the preset's or the HF config's)."""
+
+    preset: str | None = setting(choice(MODELS), None)  # a named model (clustersim presets)
+    # a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, DeepSeek, GPT-OSS, ...)
+    hf_config: str | None = setting(text, None)
+    # routing: histogram's expert shares: a CSV of one row per MoE layer (or one for all)
+    routing_histogram: str | None = setting(text, None)
+
+
 SCHEMA = {
-    "preset": (choice(MODELS), None),
-    "hf_config": (text, None),
-    "routing_histogram": (text, None),
+    **schema_of(ModelSection),
     **{key: (check, None) for key, (check, _) in schema_of(ModelSpec).items()},
 }
 

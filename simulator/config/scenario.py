@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.base.fields import ScenarioError, fail, integer, section, text
+from simulator.base.fields import ScenarioError, fail, integer, schema_of, section, setting, text
 from simulator.base.fields import unknown as unknown_key
 from simulator.base.user_files import finite_numbers, read_yaml, text_keys, user_path
 from simulator.collectives.nccl import Algorithm, Protocol
@@ -40,7 +40,17 @@ from workloads.training import ParallelSpec, TrainingSpec
 __all__ = ["Machine", "Scenario", "ScenarioError", "apply_overrides", "from_dict", "load",
            "machine_from", "network_from", "read_raw", "resolved"]
 
-TOP_LEVEL = {"name": (text, "scenario"), "seed": (integer(0), 0)}
+
+
+@dataclass(frozen=True)
+class ScenarioHead:
+    """The scenario's own keys, beside its sections."""
+
+    name: str = setting(text, "scenario")  # names the run (and its default folder runs/NAME)
+    seed: int = setting(integer(0), 0)  # every random draw's seed: same seed, same trace
+
+
+TOP_LEVEL = schema_of(ScenarioHead)
 SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation", "jobs")
 
 

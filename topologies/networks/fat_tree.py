@@ -30,9 +30,12 @@ def leaf_spine_shape(ports: int, leaf_ports: int, oversubscription: float) -> tu
 
 @dataclass(frozen=True)
 class FatTree(NetworkSpec):
+    """A two-level leaf-spine fat tree: leaves of ``leaf_ports`` NICs, spines to give
+    each leaf ``leaf_ports / oversubscription`` uplinks (full bisection at 1)."""
+
     name = "fat_tree"
-    leaf_ports: int = leaf_ports_setting()
-    oversubscription: float = oversubscription_setting()
+    leaf_ports: int = leaf_ports_setting()  # NIC ports per leaf switch
+    oversubscription: float = oversubscription_setting()  # a switch level's down : up bandwidth
 
     def build(self, graph: nx.DiGraph, nics: Sequence[Nic], wire: Wire) -> None:
         leaves_n, spines_n = leaf_spine_shape(len(nics), self.leaf_ports, self.oversubscription)

@@ -19,8 +19,8 @@ class FatTree3(NetworkSpec):
     joins core plane j, whose switches reach every pod."""
 
     name = "fat_tree_3"
-    leaf_ports: int = leaf_ports_setting()
-    oversubscription: float = oversubscription_setting()
+    leaf_ports: int = leaf_ports_setting()  # NIC ports per leaf switch
+    oversubscription: float = oversubscription_setting()  # a switch level's down : up bandwidth
     pod_leaves: int = setting(integer(1), 8)  # leaves per pod
     core_oversubscription: float = setting(number(1.0, 64.0), 1.0)  # aggregation down : up
 

@@ -42,8 +42,8 @@ class RailOptimized(NetworkSpec):
 
     name = "rail_optimized"
     routing = PxnRouting
-    leaf_ports: int = leaf_ports_setting()
-    oversubscription: float = oversubscription_setting()
+    leaf_ports: int = leaf_ports_setting()  # NIC ports per leaf switch
+    oversubscription: float = oversubscription_setting()  # a switch level's down : up bandwidth
 
     def build(self, graph: nx.DiGraph, nics: Sequence[Nic], wire: Wire) -> None:
         leaves: dict[tuple[int, int], str] = {}
