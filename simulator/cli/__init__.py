@@ -32,7 +32,8 @@ One module per command (``run``, ``init``, ``collective``, ``gantt``, ``comms``,
 ``compare``, ``trace``, ``blame``, ``sweep``, ``plot``, ``validate``,
 ``calibrate``, ``presets``, ``search``, ``completion``), registered in
 ``COMMANDS`` below; ``options`` checks and
-makes every output path before a command works.
+makes every output path before a command works; ``reference`` writes the
+documentation's reference pages from the parsers, specs and registries.
 """
 
 from __future__ import annotations
