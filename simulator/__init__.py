@@ -4,7 +4,9 @@
 YAML file, a dict in the scenario format, or a loaded ``Scenario``. It returns a
 ``RunResult`` with ``.summary``, ``.spans`` and ``.comms`` (pandas DataFrames)
 and ``.gantt(path)``. ``simulator.search(path, space, out)`` runs a layout
-search (``clustersim search``) and returns its ranked DataFrame. Imports are
+search (``clustersim search``) and returns its ranked DataFrame;
+``simulator.sweep(path, grid, zip, out)`` a sweep (``clustersim sweep``) and
+returns its results table. Imports are
 lazy so that ``simulator.base.ir`` and ``simulator.base.units`` stay light for
 ``workloads`` and ``topologies``.
 
@@ -58,3 +60,20 @@ def search(scenario: Any, space: dict | None = None, out: Any = None, top: int =
                                       model.experts)
     out = Path(out) if out is not None else Path("runs") / f"{Path(scenario).stem}-search"
     return searching.run_search(scenario, space, out, top, workers)[0]
+
+
+def sweep(scenario: Any, grid: dict | None = None, zip: dict | None = None, out: Any = None,
+          workers: int = 1):
+    """Run a sweep of the scenario at path ``scenario`` (``clustersim sweep``):
+    ``grid`` maps keys to values crossed with each other, ``zip`` keys to values
+    taken together (``{"cluster.nodes": [2, 4], "parallelism.dp": [16, 32]}``);
+    the cases run in ``workers`` processes into ``out`` (default
+    ``runs/NAME-sweep``), resumable, a failed case kept as a row. Returns the
+    results table (a DataFrame, one row per case: its keys, status and summary)."""
+    from pathlib import Path
+
+    from simulator.experiments import sweep as sweeping
+
+    out = Path(out) if out is not None else Path("runs") / f"{Path(scenario).stem}-sweep"
+    results, _ = sweeping.sweep(scenario, grid or {}, zip or {}, out, workers)
+    return results.table()

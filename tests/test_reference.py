@@ -61,3 +61,14 @@ def test_the_pages_are_written(tmp_path):
     scenario = (tmp_path / "scenario.md").read_text()
     assert "| `micro_batch` | integer >= 1 | 1 | sequences per micro-batch |" in scenario
     assert "## `clustersim search`" in (tmp_path / "cli.md").read_text()
+
+
+def test_the_committed_reference_pages_are_the_generated_ones(tmp_path):
+    """The pages in docs/reference/ are what the code generates now (the site's
+    build writes them again; committed so the README's links resolve): after a
+    change, python -c "from simulator.cli.reference import write; write('docs/reference')"."""
+    from tests.conftest import ROOT
+
+    for page in R.write(tmp_path):
+        assert (ROOT / "docs" / "reference" / page.name).read_text() == page.read_text(), (
+            f"docs/reference/{page.name} is stale: regenerate it")

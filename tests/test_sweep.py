@@ -222,3 +222,14 @@ def test_ctrl_c_leaves_a_consistent_table_and_the_sweep_resumes(tmp_path):
     assert done.returncode == 0, done.stderr
     assert len(pd.read_csv(out / "results.csv")) == 12
     assert log.read_text().count("\n") == 12, "finished cases did not run again"
+
+
+def test_the_python_api_runs_a_sweep(tmp_path):
+    """``simulator.sweep`` (the API page's) runs the cases and returns their table."""
+    import simulator
+    from tests.conftest import QUICKSTART
+
+    table = simulator.sweep(QUICKSTART, grid={"cluster.compute_jitter": [0.0, 0.01]},
+                            out=tmp_path / "api")
+    assert len(table) == 2 and set(table["status"]) == {"ok"}
+    assert (tmp_path / "api" / "results.csv").exists()

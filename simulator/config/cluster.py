@@ -34,11 +34,16 @@ from topologies.networks.base import LEAF_PORTS, OVERSUBSCRIPTION
 SHARED_NETWORK_KEYS = ("oversubscription", "leaf_ports")  # may also be given on cluster
 
 
+def _fabric_kind(path: str, value: object) -> str:
+    """a network kind: one of the sections below (``topologies.networks.NETWORKS``)"""
+    return choice(NETWORKS)(path, value)  # (the registry as it is now)
+
+
 @dataclasses.dataclass(frozen=True)
 class FabricSection:
     """The ``cluster.fabric`` section's own keys, beside its kind's settings."""
 
-    type: str | None = setting(choice(NETWORKS), None)  # the network kind (default: preset's)
+    type: str | None = setting(_fabric_kind, None)  # the network kind (default: the preset's)
     faults: tuple = setting(faults.parse, ())  # degraded and failed parts (topologies.faults)
 
 
