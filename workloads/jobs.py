@@ -29,6 +29,7 @@ class JobSpec:
     training: TrainingSpec | None = None
     parallel: ParallelSpec | None = None
     background: BackgroundSpec | None = None
+    workload: object = None  # a program read from traces (config.workload.Workload)
 
     @property
     def kind(self) -> str:

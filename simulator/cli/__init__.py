@@ -19,6 +19,7 @@
     clustersim validate [--case NAME ...] [--tag TAG ...] [--csv FILE] [--markdown] [--list]
     clustersim calibrate KERNELS.csv --gpu NAME --out FILE [--precision bf16]
     clustersim presets
+    clustersim export-chakra RUN_DIR|SCENARIO.yaml --out DIR   (workload: {chakra: DIR} reads it)
     clustersim completion bash|zsh|fish
     clustersim --version
 
@@ -30,7 +31,8 @@ writing, memory exhausted); 2 bad input (one line on stderr); 3 internal error
 
 One module per command (``run``, ``init``, ``collective``, ``gantt``, ``comms``,
 ``compare``, ``trace``, ``blame``, ``sweep``, ``plot``, ``validate``,
-``calibrate``, ``presets``, ``search``, ``completion``), registered in
+``calibrate``, ``presets``, ``search``, ``export_chakra``, ``completion``),
+registered in
 ``COMMANDS`` below; ``options`` checks and
 makes every output path before a command works; ``reference`` writes the
 documentation's reference pages from the parsers, specs and registries.
@@ -53,6 +55,7 @@ from simulator.cli import (
     comms,
     compare,
     completion,
+    export_chakra,
     gantt,
     init,
     plot,
@@ -74,7 +77,7 @@ from simulator.outputs.out_dirs import OutputError, RunDirError
 COMMANDS = {"run": run, "init": init, "presets": presets, "collective": collective,
             "gantt": gantt, "comms": comms, "compare": compare, "trace": trace, "blame": blame,
             "sweep": sweep, "search": search, "plot": plot, "validate": validate,
-            "calibrate": calibrate, "completion": completion}
+            "calibrate": calibrate, "export-chakra": export_chakra, "completion": completion}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ def sections() -> list[tuple[str, str, list[tuple[type, bool]]]]:
     from simulator.config.network import NetworkSettings
     from simulator.config.scenario import ScenarioHead
     from simulator.config.simulation import SimulationSpec
+    from simulator.config.workload import WorkloadSpec
     from topologies import ClusterSpec
     from topologies.networks import NETWORKS
     from workloads.background import BackgroundSpec
@@ -56,6 +57,8 @@ def sections() -> list[tuple[str, str, list[tuple[type, bool]]]]:
          "training and parallelism sections, as above) or background traffic",
          [(JobHead, False)]),
         ("jobs.NAME (kind: background)", "background traffic", [(BackgroundSpec, False)]),
+        ("workload", "a program read from Chakra execution traces (clustersim export-chakra), "
+         "instead of the model, training and parallelism sections", [(WorkloadSpec, False)]),
     ]
 
 

@@ -32,6 +32,7 @@ from simulator.config.network import network_from
 from simulator.config.overrides import apply_overrides
 from simulator.config.simulation import SimulationSpec, simulation_from
 from simulator.config.training import check_layout, parallel_from, training_from
+from simulator.config.workload import Workload, workload_from
 from topologies import ClusterSpec, GpuSpec
 from workloads.jobs import JobSpec
 from workloads.models import ModelSpec
@@ -51,7 +52,8 @@ class ScenarioHead:
 
 
 TOP_LEVEL = schema_of(ScenarioHead)
-SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation", "jobs")
+SECTIONS = ("cluster", "model", "training", "network", "parallelism", "simulation", "jobs",
+            "workload")
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,15 @@ class Scenario:
     # the jobs section's jobs on the cluster (config.jobs; none: a plain scenario); model,
     # training and parallel are then the first training job's
     job_section: tuple[JobSpec, ...] = ()
+    workload: Workload | None = None  # a program read from Chakra traces (config.workload)
 
     @property
     def jobs(self) -> tuple[JobSpec, ...]:
         """The set of jobs a run simulates: the jobs section's, or a plain scenario's
         one training job (its model, training and parallelism on every node)."""
         return self.job_section or (JobSpec(self.name, tuple(range(self.machine.nodes)),
-                                            self.model, self.training, self.parallel),)
+                                            self.model, self.training, self.parallel,
+                                            workload=self.workload),)
 
     @property
     def fold_ranks(self) -> bool:
@@ -143,7 +147,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     if not isinstance(raw, dict):
         raise fail("scenario", raw, "must be a mapping with cluster, model, training, "
                                      "parallelism")
-    raw = text_keys(raw, "")
+    raw = original = text_keys(raw, "")
     allowed = {**TOP_LEVEL, **{k: None for k in SECTIONS}}
     for key in raw:
         if key not in allowed:
@@ -153,6 +157,9 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     machine = machine_from(raw.get("cluster"), base_dir)
     algorithm, protocol, step_model = network_from(raw.get("network"), machine)
     jobs = _jobs(raw, machine, top["seed"], base_dir)
+    workload = _workload(raw, machine, base_dir)
+    if workload is not None:
+        raw = {**raw, **workload.sections()}  # the traced scenario's model, training, ...
     if jobs:
         first = next(j for j in jobs if j.background is None)
         model, training, parallel = first.model, first.training, first.parallel
@@ -167,11 +174,12 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         name=top["name"], seed=top["seed"], machine=machine, model=model, training=training,
         parallel=parallel,
         algorithm=algorithm, protocol=protocol, step_model=step_model,
-        source=resolved(raw, base_dir), simulation=simulation, job_section=jobs)
+        source=resolved(original, base_dir), simulation=simulation, job_section=jobs,
+        workload=workload)
 
 
 # keys that name a file, relative to the scenario's folder (a job's model keys too)
-FILE_KEYS = (("cluster", "fabric", "path"), ("cluster", "calibration"),
+FILE_KEYS = (("cluster", "fabric", "path"), ("cluster", "calibration"), ("workload", "chakra"),
              ("cluster", "kernel_table"), ("model", "hf_config"), ("model", "routing_histogram"))
 NOT_FILES = ("none",)  # kernel_table: none (the roofline alone)
 
@@ -194,6 +202,18 @@ def resolved(raw: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
             if isinstance(value, str) and value.strip().lower() not in NOT_FILES:
                 node[keys[-1]] = os.path.abspath(user_path(value, base_dir))
     return out
+
+
+def _workload(raw: dict, machine: Machine, base_dir: Path | None) -> Workload | None:
+    """The ``workload`` section's traces (None without one), which replace the
+    model, training and parallelism sections (and cannot share a run with jobs)."""
+    if raw.get("workload") is None:
+        return None
+    given = [k for k in ("model", "training", "parallelism", "jobs") if raw.get(k) is not None]
+    if given:
+        raise fail(given[0], raw[given[0]], "cannot be given beside workload: the traces hold "
+                                            "the program and the sections they were made from")
+    return workload_from(raw["workload"], machine.gpus, base_dir)
 
 
 def _jobs(raw: dict, machine: Machine, seed: int, base_dir: Path | None) -> tuple:

@@ -39,7 +39,9 @@ def programs(scenario, background_s: float) -> tuple[Program, list[Placed]]:
     per_node = scenario.gpus // max(1, scenario.machine.nodes)
     placed, first = [], 0
     for job in rank_order(scenario.jobs):
-        if job.background is None:
+        if job.workload is not None:  # a program read from Chakra traces
+            program = job.workload.trace.program
+        elif job.background is None:
             program = build_program(job.model, job.training, job.parallel, scenario.seed)
         else:
             lasting = job.background.duration or background_s
@@ -76,7 +78,9 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
     pacing ops by their period."""
     per_job = []
     for p in placed:
-        if p.job.background is None:
+        if p.job.workload is not None and p.job.workload.recorded:
+            per_job.append(_recorded(p.job.workload.trace.durations, p.first))
+        elif p.job.background is None:
             model = ComputeModel.for_training(scenario.gpu, p.job.training,
                                               p.job.parallel.framework.value,
                                               scenario.machine.cluster.host_rates())
@@ -92,6 +96,15 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
         return of(rank)(rank)
     run.host_stall = lambda rank: of(rank).host_stall(rank)
     return run
+
+
+def _recorded(durations: Sequence[np.ndarray], first: int) -> Callable:
+    """Each rank's compute durations as its trace recorded them (no host stall:
+    the trace's times are the GPU's own)."""
+    def of(rank: int) -> np.ndarray:
+        return durations[rank - first]
+    of.host_stall = lambda rank: 0.0
+    return of
 
 
 def _pacing(program: Program, period: float) -> Callable:

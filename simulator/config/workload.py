@@ -1,0 +1,67 @@
+"""The ``workload`` section: a program read from Chakra execution traces instead
+of built from ``model``, ``training`` and ``parallelism`` sections.
+
+```yaml
+cluster: {preset: dgx-a100, nodes: 2}
+workload: {chakra: traces/quickstart, durations: model}
+```
+
+The traces (``clustersim export-chakra``; ``base.chakra``) carry the program op
+by op and the sections of the scenario they came from, which give the model,
+training and parallelism specs the rest of a run reads (precision, memory,
+FLOPs). Compute is re-timed by this scenario's compute model (``model``, the
+default: the same GPU gives the same durations) or taken as recorded
+(``recorded``); collectives and messages always run through clustersim's NCCL
+and fabric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.base.chakra import Trace, TraceError, read
+from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, setting, text
+from simulator.base.user_files import user_path
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The ``workload`` section's settings."""
+
+    chakra: str = setting(text, required=True)  # a folder of Chakra traces (trace.RANK.et)
+    # model: compute re-timed by this scenario's compute model; recorded: as traced
+    durations: str = setting(choice(["model", "recorded"]), "model")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A checked ``workload`` section and the program its traces hold."""
+
+    spec: WorkloadSpec
+    trace: Trace
+
+    @property
+    def recorded(self) -> bool:
+        return self.spec.durations == "recorded"
+
+    def sections(self) -> dict[str, Any]:
+        """The model, training and parallelism sections the traces came from."""
+        return dict(self.trace.facts.get("scenario") or {})
+
+
+def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
+    """Check a ``workload:`` section and read its traces (one line on any error)."""
+    spec = WorkloadSpec(**section("workload", raw, schema_of(WorkloadSpec)))
+    try:
+        trace = read(user_path(spec.chakra, base_dir))
+    except TraceError as error:
+        raise ScenarioError(f"workload.chakra: {error}") from None
+    if trace.program.ranks != gpus:
+        raise fail("workload.chakra", spec.chakra, f"holds {trace.program.ranks} ranks' traces; "
+                                                   f"the cluster has {gpus} GPUs")
+    for key in ("model", "training", "parallelism"):
+        if not isinstance((trace.facts.get("scenario") or {}).get(key), dict):
+            raise fail("workload.chakra", spec.chakra, f"gives no {key} section in its metadata")
+    return Workload(spec, trace)

@@ -1,0 +1,105 @@
+"""Chakra execution traces (issue 43, item 2): export then import gives the same
+run (iteration time and communication log) on every shipped scenario; the
+files are Chakra's format; malformed traces are one line."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator import run
+from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, delimited, messages
+from simulator.cli import main
+from simulator.config.scenario import from_dict
+from tests.conftest import QUICKSTART, ROOT
+
+SHIPPED = sorted(p for p in (ROOT / "scripts" / "scenarios").glob("*.yaml")
+                 if "jobs" not in yaml.safe_load(p.read_text()) and p.stem != "sweep-base")
+
+
+def _export(path: Path, out: Path, capsys) -> None:
+    assert main(["export-chakra", str(path), "--out", str(out)]) == 0
+    assert "Chakra traces" in capsys.readouterr().out
+
+
+def _imported(path: Path, traces: Path, **workload) -> dict:
+    raw = {k: v for k, v in yaml.safe_load(path.read_text()).items()
+           if k not in ("model", "training", "parallelism")}
+    raw["workload"] = {"chakra": str(traces), **workload}
+    return raw
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_export_then_import_is_the_same_run(tmp_path, capsys, path):
+    _export(path, tmp_path / "traces", capsys)
+    again = run(from_dict(_imported(path, tmp_path / "traces"), base_dir=path.parent))
+    first = run(path)
+    assert again.summary["iteration_time_s"] == first.summary["iteration_time_s"]
+    assert again.comms.equals(first.comms)
+
+
+def test_recorded_durations_on_the_same_gpu_are_the_model_s(tmp_path, capsys):
+    _export(QUICKSTART, tmp_path / "t", capsys)
+    recorded = run(from_dict(_imported(QUICKSTART, tmp_path / "t", durations="recorded"),
+                             base_dir=QUICKSTART.parent))
+    assert recorded.summary["iteration_time_s"] == pytest.approx(
+        run(QUICKSTART).summary["iteration_time_s"], rel=1e-3)  # (no host stall recorded)
+
+
+def test_the_files_are_chakra_traces_one_per_rank(tmp_path, capsys):
+    _export(ROOT / "scripts" / "scenarios" / "gpt3-6.7b-3d.yaml", tmp_path, capsys)
+    M = messages()
+    files = sorted(tmp_path.glob("trace.*.et"))
+    assert len(files) == 32
+    raw = delimited((tmp_path / "trace.5.et").read_bytes())
+    assert M["GlobalMetadata"].FromString(raw[0]).version
+    nodes = [M["Node"].FromString(b) for b in raw[1:]]
+    kinds = {n.type for n in nodes}
+    assert {NODE_TYPES[k] for k in ("COMP_NODE", "COMM_COLL_NODE", "COMM_SEND_NODE",
+                                     "COMM_RECV_NODE")} <= kinds
+    groups = json.loads((tmp_path / "comm_groups.json").read_text())
+    for n, node in enumerate(nodes):
+        assert node.id == n and all(d < n for d in (*node.data_deps, *node.ctrl_deps))
+        attrs = {a.name: a for a in node.attr}
+        if node.type == NODE_TYPES["COMM_COLL_NODE"]:
+            assert attrs["comm_type"].int64_val in COLLECTIVES.values()
+            assert attrs["comm_size"].int64_val > 0
+            assert 5 in groups[attrs["pg_name"].string_val]
+        if node.type == NODE_TYPES["COMP_NODE"]:
+            assert node.duration_micros >= 0 and attrs["num_ops"].int64_val >= 0
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda d: (d / "trace.3.et").write_bytes((d / "trace.3.et").read_bytes()[:-7]),
+     r"trace.3.et: a message at byte \d+ claims"),
+    (lambda d: (d / "trace.2.et").unlink(), "trace.2.et is missing"),
+    (lambda d: (d / "trace.1.et").write_bytes(b"\x05hello"),
+     "trace.1.et: does not start with Chakra's metadata"),
+    (lambda d: [p.unlink() for p in d.glob("*.et")], "no trace.0.et"),
+])
+def test_malformed_traces_are_one_line(tmp_path, capsys, damage, match):
+    _export(QUICKSTART, tmp_path / "t", capsys)
+    damage(tmp_path / "t")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(_imported(QUICKSTART, tmp_path / "t")))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: workload.chakra: ") and err.count("\n") == 1, err
+    assert re.search(match, err), err
+
+
+def test_the_traces_must_fit_the_cluster_and_stand_alone(tmp_path, capsys):
+    _export(QUICKSTART, tmp_path / "t", capsys)
+    raw = _imported(QUICKSTART, tmp_path / "t")
+    raw["cluster"]["nodes"] = 4
+    with pytest.raises(Exception, match="holds 16 ranks' traces; the cluster has 32 GPUs"):
+        from_dict(raw)
+    raw = _imported(QUICKSTART, tmp_path / "t")
+    raw["training"] = {"seq_len": 1024, "global_batch": 16}
+    with pytest.raises(Exception, match="training: .* cannot be given beside workload"):
+        from_dict(raw)
+    assert main(["export-chakra", str(ROOT / "scripts" / "scenarios" / "shared-cluster.yaml"),
+                 "--out", str(tmp_path / "j")]) == 2
+    assert "export-chakra takes one job" in capsys.readouterr().err
