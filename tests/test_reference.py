@@ -62,7 +62,7 @@ def test_every_preset_is_listed_and_every_cluster_described():
 
 def test_the_pages_are_written(tmp_path):
     written = R.write(tmp_path)
-    assert [p.name for p in written] == ["scenario.md", "cli.md", "presets.md"]
+    assert [p.name for p in written] == ["scenario.md", "cli.md", "presets.md", "summary.md"]
     scenario = (tmp_path / "scenario.md").read_text()
     assert "| `micro_batch` | integer >= 1 | 1 | sequences per micro-batch |" in scenario
     assert "## `clustersim search`" in (tmp_path / "cli.md").read_text()
@@ -77,3 +77,20 @@ def test_the_committed_reference_pages_are_the_generated_ones(tmp_path):
     for page in R.write(tmp_path):
         assert (ROOT / "docs" / "reference" / page.name).read_text() == page.read_text(), (
             f"docs/reference/{page.name} is stale: regenerate it")
+
+
+def test_every_summary_key_has_a_description():
+    """The golden summaries' keys and those of runs with jobs, MoE, stragglers and
+    faults: each is named by a row of ``analysis.summary_keys``."""
+    import json
+
+    from simulator import run
+    from simulator.analysis.summary_keys import described
+    from tests.conftest import ROOT
+
+    keys = set()
+    for golden in (ROOT / "tests" / "golden").glob("*.json"):
+        keys |= set(json.loads(golden.read_text()))
+    for name in ("shared-cluster", "misbehaving-cluster", "moe-deepep-overlap"):
+        keys |= set(run(ROOT / "scripts" / "scenarios" / f"{name}.yaml").summary)
+    assert keys - described() == set()

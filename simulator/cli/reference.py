@@ -3,9 +3,9 @@ twice: every scenario key (from the specs each section is read by: what it
 accepts from its setting's check, its default, its description from the
 comment beside its field: ``base.field_docs``), every command and option
 (from the parsers), every preset (from the registries, as ``clustersim
-presets`` lists them). ``docs/hooks.py`` writes them when the site is built;
-``tests/test_reference.py`` fails on a key, option or preset without a
-description.
+presets`` lists them), every summary key (``analysis.summary_keys``).
+``docs/hooks.py`` writes them when the site is built; ``tests/test_reference.py``
+fails on a key, option, preset or summary key without a description.
 """
 
 from __future__ import annotations
@@ -165,6 +165,16 @@ def presets_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def summary_page() -> str:
+    """Every summary key (``analysis.summary_keys``)."""
+    from simulator.analysis.summary_keys import ROWS
+
+    out = ["# Summary keys", "", "What a run's `summary.json` holds (generated from "
+           "`simulator/analysis/summary_keys.py`; `clustersim run --json` prints it).", "",
+           "| key | definition |", "|---|---|"]
+    return "\n".join(out + [f"| {keys} | {_cell(text)} |" for keys, text in ROWS]) + "\n"
+
+
 def write(folder: str | Path) -> list[Path]:
     """Write the reference pages into ``folder``; the paths written."""
     from simulator.cli import _parser
@@ -172,7 +182,7 @@ def write(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     pages = {"scenario.md": scenario_page(), "cli.md": cli_page(_parser()),
-             "presets.md": presets_page()}
+             "presets.md": presets_page(), "summary.md": summary_page()}
     for name, text in pages.items():
         (folder / name).write_text(text)
     return [folder / name for name in pages]
