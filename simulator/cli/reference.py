@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from simulator.base.field_docs import descriptions
@@ -173,6 +175,35 @@ def summary_page() -> str:
            "`simulator/analysis/summary_keys.py`; `clustersim run --json` prints it).", "",
            "| key | definition |", "|---|---|"]
     return "\n".join(out + [f"| {keys} | {_cell(text)} |" for keys, text in ROWS]) + "\n"
+
+
+VALIDATE = re.compile(r"<!-- validate (?P<args>[^>]*?) -->\n(?P<body>.*?)\n<!-- /validate -->",
+                      re.S)  # a table of the accuracy page: clustersim validate ARGS --markdown
+
+
+def accuracy_blocks(text: str) -> list[tuple[str, str]]:
+    """(the ``clustersim validate`` arguments, the table) of each generated block
+    of the accuracy page.
+
+    >>> accuracy_blocks("x\\n<!-- validate --tag kernels -->\\n| a |\\n<!-- /validate -->\\n")
+    [('--tag kernels', '| a |')]
+    """
+    return [(m["args"], m["body"].strip()) for m in VALIDATE.finditer(text)]
+
+
+def refresh_accuracy(path: str | Path, validate: Callable[[list[str]], str]) -> int:
+    """Replace each block of the accuracy page at ``path`` by what ``validate(args)``
+    (``clustersim validate ARGS --markdown``'s output) prints now; how many changed."""
+    path = Path(path)
+    text, changed = path.read_text(), 0
+
+    def fresh(match: re.Match) -> str:
+        nonlocal changed
+        table = validate([*match["args"].split(), "--markdown"]).strip()
+        changed += table != match["body"].strip()
+        return f"<!-- validate {match['args']} -->\n\n{table}\n\n<!-- /validate -->"
+    path.write_text(VALIDATE.sub(fresh, text))
+    return changed
 
 
 def write(folder: str | Path) -> list[Path]:
