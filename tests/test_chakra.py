@@ -77,7 +77,7 @@ def test_the_files_are_chakra_traces_one_per_rank(tmp_path, capsys):
     (lambda d: (d / "trace.2.et").unlink(), "trace.2.et is missing"),
     (lambda d: (d / "trace.1.et").write_bytes(b"\x05hello"),
      "trace.1.et: does not start with Chakra's metadata"),
-    (lambda d: [p.unlink() for p in d.glob("*.et")], "no trace.0.et"),
+    (lambda d: [p.unlink() for p in d.glob("*.et")], "holds no sets of Chakra traces"),
 ])
 def test_malformed_traces_are_one_line(tmp_path, capsys, damage, match):
     _export(QUICKSTART, tmp_path / "t", capsys)
@@ -103,3 +103,70 @@ def test_the_traces_must_fit_the_cluster_and_stand_alone(tmp_path, capsys):
     assert main(["export-chakra", str(ROOT / "scripts" / "scenarios" / "shared-cluster.yaml"),
                  "--out", str(tmp_path / "j")]) == 2
     assert "export-chakra takes one job" in capsys.readouterr().err
+
+
+def _foreign_trace(folder: Path, ranks: int = 8) -> None:
+    """Traces as Chakra's own tools write them: metadata, then nodes with only
+    Chakra's documented fields (a compute, an all-reduce of communicator 1, a
+    compute after it; rank 0 sends rank 1 a message)."""
+    from simulator.base.chakra_schema import varint
+
+    M = messages()
+    A = M["AttributeProto"]
+    folder.mkdir()
+    (folder / "comm_groups.json").write_text(json.dumps({"1": list(range(ranks))}))
+    for rank in range(ranks):
+        nodes = [M["Node"](id=10, name="fwd", type=NODE_TYPES["COMP_NODE"], duration_micros=100,
+                           attr=[A(name="num_ops", int64_val=10**12)]),
+                 M["Node"](id=11, name="grad_sync", type=NODE_TYPES["COMM_COLL_NODE"],
+                           data_deps=[10], attr=[
+                               A(name="comm_type", int64_val=COLLECTIVES["ALL_REDUCE"]),
+                               A(name="comm_size", int64_val=64 * 2**20),
+                               A(name="pg_name", string_val="1")]),
+                 M["Node"](id=12, name="step", type=NODE_TYPES["COMP_NODE"],
+                           duration_micros=50, data_deps=[11])]
+        if rank in (0, 1):
+            kind = "COMM_SEND_NODE" if rank == 0 else "COMM_RECV_NODE"
+            nodes.append(M["Node"](id=13, name="p2p", type=NODE_TYPES[kind], data_deps=[12],
+                                   attr=[A(name="comm_src", int32_val=0),
+                                         A(name="comm_dst", int32_val=1),
+                                         A(name="comm_size", int64_val=2**20)]))
+        data = [M["GlobalMetadata"](version="0.0.4").SerializeToString(),
+                *(n.SerializeToString() for n in nodes)]
+        (folder / f"workload.{rank}.et").write_bytes(
+            b"".join(varint(len(d)) + d for d in data))
+
+
+def test_another_tools_traces_run_with_their_recorded_durations(tmp_path):
+    _foreign_trace(tmp_path / "t")
+    raw = {"name": "foreign", "cluster": {"preset": "dgx-a100", "nodes": 1},
+           "workload": {"chakra": str(tmp_path / "t"), "durations": "recorded"}}
+    result = run(from_dict(raw))
+    calls = result.comms
+    reduce = calls[calls["collective"] == "all_reduce"]
+    assert len(reduce) == 1 and reduce["bytes"].iloc[0] == 64 * 2**20
+    assert len(calls[calls["collective"] == "send_recv"]) == 1
+    took = float(reduce["end"].iloc[0] - reduce["start"].iloc[0])
+    assert result.summary["iteration_time_s"] >= 150e-6 + took - 1e-9
+    raw["workload"]["durations"] = "model"
+    with pytest.raises(Exception, match="workload.durations: 'model' needs the kernels' shapes"):
+        from_dict(raw)
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda d: (d / "comm_groups.json").write_text('{"2": [0, 1]}'),
+     "communicator '1' is not in comm_groups.json"),
+    (lambda d: (d / "workload.3.et").rename(d / "workload.9.et"),
+     "the traces' ranks are not 0 to 7"),
+    (lambda d: (d / "comm_groups.json").write_text("[1, 2]"),
+     "comm_groups.json: must map each communicator to a list of ranks")])
+def test_another_tools_malformed_traces_are_one_line(tmp_path, damage, match):
+    from simulator.base.fields import ScenarioError
+
+    _foreign_trace(tmp_path / "t")
+    damage(tmp_path / "t")
+    raw = {"cluster": {"preset": "dgx-a100", "nodes": 1},
+           "workload": {"chakra": str(tmp_path / "t"), "durations": "recorded"}}
+    with pytest.raises(ScenarioError, match=match) as error:
+        from_dict(raw)
+    assert "\n" not in str(error.value)

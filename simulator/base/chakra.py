@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.base.chakra_foreign import read_foreign
 from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, delimited, messages, varint
 from simulator.base.ir import Collective, KernelClass, Op, OpKind, Phase, Program
 
@@ -141,13 +142,18 @@ def _node(i: int, op: Op, seconds: float, previous: int | None, rank: int, group
 
 
 def read(folder: str | Path) -> Trace:
-    """The program of the Chakra traces in ``folder`` (written by ``write``); a
+    """The program of the Chakra traces in ``folder``: written by ``write``, op for
+    op; another tool's, from Chakra's fields (``chakra_foreign``). A
     ``TraceError`` naming the file and what is wrong otherwise."""
     folder = Path(folder)
     first = folder / "trace.0.et"
-    if not first.is_file():
-        raise TraceError(f"{folder}: no trace.0.et (Chakra traces, one per rank: trace.RANK.et)")
-    facts = _facts(_messages(first)[0], first)
+    facts = _facts(_messages(first)[0], first) if first.is_file() else None
+    if facts is None:  # another tool's traces: what Chakra's fields say
+        try:
+            return Trace(*read_foreign(folder))
+        except Exception as error:  # noqa: BLE001 - any malformed file: one line
+            raise TraceError(str(error) if isinstance(error, ValueError) and str(error).startswith(
+                str(folder)) else f"{folder}: {type(error).__name__}: {error}") from None
     ranks = facts.get("ranks")
     if not isinstance(ranks, int) or ranks < 1:
         raise TraceError(f"{first}: its clustersim metadata gives no rank count")
@@ -208,7 +214,7 @@ def _check_groups(ops: tuple[Op, ...], rank: int, groups: Mapping, path: Path) -
             raise TraceError(f"{path}: node {n}: no {op.group!r} communicator holds rank {rank}")
 
 
-def _facts(data: bytes, path: Path) -> dict:
+def _facts(data: bytes, path: Path) -> dict | None:
     M = messages()
     try:
         meta = M["GlobalMetadata"].FromString(data)
@@ -216,8 +222,7 @@ def _facts(data: bytes, path: Path) -> dict:
         raise TraceError(f"{path}: the first message is not Chakra metadata ({error})") from None
     said = {a.name: a.string_val for a in meta.attr}
     if META not in said:
-        raise TraceError(f"{path}: no clustersim metadata; only traces clustersim wrote "
-                         "(clustersim export-chakra) can be read as a program yet")
+        return None  # (not clustersim's: ``chakra_foreign``)
     try:
         return json.loads(said[META])
     except ValueError as error:

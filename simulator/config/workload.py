@@ -58,6 +58,9 @@ def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
         trace = read(user_path(spec.chakra, base_dir))
     except TraceError as error:
         raise ScenarioError(f"workload.chakra: {error}") from None
+    if trace.facts.get("foreign") and spec.durations == "model":
+        raise fail("workload.durations", "model", "needs the kernels' shapes, which traces "
+                                                  "another tool wrote lack; give recorded")
     if trace.program.ranks != gpus:
         raise fail("workload.chakra", spec.chakra, f"holds {trace.program.ranks} ranks' traces; "
                                                    f"the cluster has {gpus} GPUs")

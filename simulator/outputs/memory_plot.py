@@ -59,7 +59,7 @@ def plot_memory(lines: dict[str, tuple[np.ndarray, np.ndarray]], path: str | Pat
                    label=f"GPU memory ({capacity:.0f} GiB)")
         ax.set_ylim(0, max(peak, capacity) * 1.08)
     else:  # far below: zoom on the data and say where the limit is
-        ax.set_ylim(0, peak * 1.25)
+        ax.set_ylim(0, peak * 1.25 or 1.0)  # (a trace without memory events: 0 to 1 GiB)
         ax.plot([], [], " ", label=f"GPU memory {capacity:.0f} GiB (off scale)")
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("memory (GiB)")
