@@ -84,7 +84,8 @@ def test_the_accuracy_pages_tables_are_validates_output(capsys):
     from simulator.cli.reference import accuracy_blocks
 
     blocks = dict(accuracy_blocks((ROOT / "docs" / "accuracy.md").read_text()))
-    assert {"--tag megatron", "--tag mpt", "--tag blackwell"} <= set(blocks)
+    assert {"--tag megatron", "--tag mpt", "--tag moe", "--tag blackwell", "--tag lowp"} <= set(
+        blocks)
     args = "--tag nccl-tests --tag kernels"
     assert main(["validate", *args.split(), "--markdown"]) == 0
     table = capsys.readouterr().out.strip()
