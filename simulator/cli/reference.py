@@ -56,7 +56,8 @@ def sections() -> list[tuple[str, str, list[tuple[type, bool]]]]:
         ("network", "how NCCL lowers collectives", [(NetworkSettings, False)]),
         ("simulation", "how the run is simulated, never what", [(SimulationSpec, False)]),
         ("jobs.NAME", "several jobs on the cluster: each a training job (with its own model, "
-         "training and parallelism sections, as above) or background traffic",
+         "training and parallelism sections, as above, or a workload section, as below) or "
+         "background traffic",
          [(JobHead, False)]),
         ("jobs.NAME (kind: background)", "background traffic", [(BackgroundSpec, False)]),
         ("workload", "a program read from Chakra execution traces (clustersim export-chakra), "
