@@ -1,6 +1,7 @@
 """``clustersim export-chakra RUN_OR_SCENARIO --out DIR``: a scenario's program as
 Chakra execution traces, one per rank (``base.chakra``), for ASTRA-sim and the
-tools around Chakra; ``workload: {chakra: DIR}`` reads them back as a program."""
+tools around Chakra (several jobs: each training job's into ``DIR/NAME``);
+``workload: {chakra: DIR}`` reads them back as a program."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def add_parser(sub) -> None:
         "export-chakra", help="write a scenario's program as Chakra execution traces",
         description="Write one Chakra execution trace per rank (trace.RANK.et: compute, "
                     "collective and send/receive nodes with their dependencies, sizes and "
-                    "durations) and comm_groups.json into --out, for ASTRA-sim; a scenario's "
-                    "workload: {chakra: DIR} reads them back.")
+                    "durations) and comm_groups.json into --out, for ASTRA-sim (several jobs: "
+                    "each training job's into --out/NAME); a scenario's workload: "
+                    "{chakra: DIR} reads them back.")
     export.add_argument("source", help="a scenario YAML file, or a run directory (its "
                                        "scenario.yaml)")
     export.add_argument("--out", required=True, help="the folder to write the traces into")
