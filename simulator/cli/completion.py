@@ -27,12 +27,19 @@ def add_parser(sub) -> None:
 def commands(parser: argparse.ArgumentParser) -> dict[str, dict[str, list[str]]]:
     """{command: {option: its choices (none: a value or a flag)}} of ``parser``'s
     subcommands, the top level's own options under ``""``."""
-    out = {"": _options(parser)}
+    return {"": _options(parser),
+            **{name: _options(sub) for name, (sub, _) in subcommands(parser).items()}}
+
+
+def subcommands(parser: argparse.ArgumentParser
+                ) -> dict[str, tuple[argparse.ArgumentParser, str]]:
+    """Each command's (parser, what it does), in ``clustersim --help``'s order."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                out[name] = _options(sub)
-    return out
+            said = {a.dest: a.help or "" for a in action._choices_actions}
+            return {name: (sub, sub.description or said.get(name, ""))
+                    for name, sub in action.choices.items()}
+    return {}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:

@@ -50,7 +50,9 @@ def _sections(source: dict, workload) -> dict:
     """The model, training and parallelism sections the traces came from."""
     if workload is not None:  # re-exporting read traces: their own sections
         return workload.sections()
-    return {k: source[k] for k in ("model", "training", "parallelism") if k in source}
+    from simulator.config.workload import SECTIONS
+
+    return {k: source[k] for k in SECTIONS if k in source}
 
 
 def _jobs(scenario, out: Path) -> int:

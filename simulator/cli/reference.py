@@ -19,6 +19,7 @@ from pathlib import Path
 
 from simulator.base.field_docs import descriptions
 from simulator.base.fields import allowed_by
+from simulator.cli.completion import subcommands as commands  # each command's parser
 
 
 def sections() -> list[tuple[str, str, list[tuple[type, bool]]]]:
@@ -123,17 +124,6 @@ def options(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
         choices = f" ({', '.join(map(str, action.choices))})" if action.choices else ""
         out.append((flags, default, (action.help or "") + choices))
     return out
-
-
-def commands(parser: argparse.ArgumentParser
-             ) -> dict[str, tuple[argparse.ArgumentParser, str]]:
-    """Each command's (parser, what it does), in ``clustersim --help``'s order."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            said = {a.dest: a.help or "" for a in action._choices_actions}
-            return {name: (sub, sub.description or said.get(name, ""))
-                    for name, sub in action.choices.items()}
-    return {}
 
 
 def cli_page(parser: argparse.ArgumentParser) -> str:

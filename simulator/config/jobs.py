@@ -31,7 +31,7 @@ from simulator.base.fields import (
 from simulator.config.cluster import Machine
 from simulator.config.model import model_from
 from simulator.config.training import check_layout, parallel_from, training_from
-from simulator.config.workload import workload_from
+from simulator.config.workload import traced
 from topologies.placement import POLICIES, PlacementError, place
 from workloads.background import BackgroundSpec
 from workloads.jobs import JobSpec
@@ -156,15 +156,7 @@ def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: 
         if key not in allowed:
             raise fail(key, body[key], "is not a key of a training job (nodes, placement, kind, "
                                        "model, training, parallelism, or workload)")
-    workload = None
-    if body.get("workload") is not None:  # a program read from Chakra traces
-        given = [k for k in TRAINING_KEYS if body.get(k) is not None]
-        if given:
-            raise fail(given[0], body[given[0]], "cannot be given beside workload: the traces "
-                                                 "hold the program and the sections they were "
-                                                 "made from")
-        workload = workload_from(body["workload"], per_node * len(nodes), base_dir)
-        body = {**body, **workload.sections()}
+    workload, body = traced(body, per_node * len(nodes), base_dir)  # (Chakra traces)
     training = training_from(body.get("training"), machine.gpu)
     model = model_from(body.get("model"), base_dir)
     parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node,

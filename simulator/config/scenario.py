@@ -32,7 +32,7 @@ from simulator.config.network import network_from
 from simulator.config.overrides import apply_overrides
 from simulator.config.simulation import SimulationSpec, simulation_from
 from simulator.config.training import check_layout, parallel_from, training_from
-from simulator.config.workload import Workload, workload_from
+from simulator.config.workload import Workload, traced
 from topologies import ClusterSpec, GpuSpec
 from workloads.jobs import JobSpec
 from workloads.models import ModelSpec
@@ -157,9 +157,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
     machine = machine_from(raw.get("cluster"), base_dir)
     algorithm, protocol, step_model = network_from(raw.get("network"), machine)
     jobs = _jobs(raw, machine, top["seed"], base_dir)
-    workload = _workload(raw, machine, base_dir)
-    if workload is not None:
-        raw = {**raw, **workload.sections()}  # the traced scenario's model, training, ...
+    workload, raw = traced(raw, machine.gpus, base_dir, also=("jobs",))
     if jobs:
         first = next(j for j in jobs if j.background is None)
         model, training, parallel = first.model, first.training, first.parallel
@@ -202,18 +200,6 @@ def resolved(raw: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
             if isinstance(value, str) and value.strip().lower() not in NOT_FILES:
                 node[keys[-1]] = os.path.abspath(user_path(value, base_dir))
     return out
-
-
-def _workload(raw: dict, machine: Machine, base_dir: Path | None) -> Workload | None:
-    """The ``workload`` section's traces (None without one), which replace the
-    model, training and parallelism sections (and cannot share a run with jobs)."""
-    if raw.get("workload") is None:
-        return None
-    given = [k for k in ("model", "training", "parallelism", "jobs") if raw.get(k) is not None]
-    if given:
-        raise fail(given[0], raw[given[0]], "cannot be given beside workload: the traces hold "
-                                            "the program and the sections they were made from")
-    return workload_from(raw["workload"], machine.gpus, base_dir)
 
 
 def _jobs(raw: dict, machine: Machine, seed: int, base_dir: Path | None) -> tuple:

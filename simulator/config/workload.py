@@ -51,6 +51,24 @@ class Workload:
         return dict(self.trace.facts.get("scenario") or {})
 
 
+SECTIONS = ("model", "training", "parallelism")  # what a workload's traces replace
+
+
+def traced(body: dict[str, Any], gpus: int, base_dir: Path | None, also: tuple[str, ...] = ()
+           ) -> tuple[Workload | None, dict[str, Any]]:
+    """(the ``workload`` of ``body``, a scenario or a training job, or None; the body
+    with its traces' model, training and parallelism sections), refusing any of
+    those sections, or of ``also``, given beside it."""
+    if body.get("workload") is None:
+        return None, body
+    given = [k for k in (*SECTIONS, *also) if body.get(k) is not None]
+    if given:
+        raise fail(given[0], body[given[0]], "cannot be given beside workload: the traces hold "
+                                             "the program and the sections they were made from")
+    workload = workload_from(body["workload"], gpus, base_dir)
+    return workload, {**body, **workload.sections()}
+
+
 def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
     """Check a ``workload:`` section and read its traces (one line on any error)."""
     spec = WorkloadSpec(**section("workload", raw, schema_of(WorkloadSpec)))
@@ -64,7 +82,7 @@ def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
     if trace.program.ranks != gpus:
         raise fail("workload.chakra", spec.chakra, f"holds {trace.program.ranks} ranks' traces; "
                                                    f"the cluster has {gpus} GPUs")
-    for key in ("model", "training", "parallelism"):
+    for key in SECTIONS:
         if not isinstance((trace.facts.get("scenario") or {}).get(key), dict):
             raise fail("workload.chakra", spec.chakra, f"gives no {key} section in its metadata")
     return Workload(spec, trace)

@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from simulator.base.fields import ScenarioError, fail
@@ -73,17 +74,30 @@ KNOBS = (  # in the order a layout's overrides set them (a sweep case's id hashe
 )
 
 
+UNSET = {k.name: k.unset for k in KNOBS}  # a layout's knobs where it gives none
+
+
 def sizes() -> tuple[Dimension, ...]:
     """The parallel dimensions in a layout's order: those always shown (tp, pp),
     the other searched ones (cp, ep, etp), then the derived one (dp)."""
-    dims = program.DIMENSIONS
-    return (*(d for d in dims if d.shown), *(d for d in dims if not d.shown and d.values),
-            *(d for d in dims if d.values is None))
+    return _ordered(program.DIMENSIONS)
 
 
 def columns() -> tuple[str, ...]:
     """A layout's values' names: the parallel sizes, then the knobs."""
-    return (*(d.name for d in sizes()), *(k.name for k in KNOBS))
+    return _columns(program.DIMENSIONS)
+
+
+@cache
+def _ordered(dims: tuple[Dimension, ...]) -> tuple[Dimension, ...]:
+    return (*(d for d in dims if d.shown), *(d for d in dims if not d.shown and d.values),
+            *(d for d in dims if d.values is None))
+
+
+@cache
+def _columns(dims: tuple[Dimension, ...]) -> tuple[str, ...]:
+    """(the registry as it is: a layout reads its names on every attribute)"""
+    return (*(d.name for d in _ordered(dims)), *(k.name for k in KNOBS))
 
 
 def flags() -> dict[str, tuple[str, type, str]]:
@@ -104,8 +118,7 @@ class Layout:
         given = dict(zip(names, args, strict=False)) | named
         if len(args) > len(names) or set(given) - set(names):
             raise TypeError(f"a layout takes {', '.join(names)}")
-        unset = {k.name: k.unset for k in KNOBS}
-        object.__setattr__(self, "values", tuple(given.get(n, unset.get(n, 1)) for n in names))
+        object.__setattr__(self, "values", tuple(given.get(n, UNSET.get(n, 1)) for n in names))
 
     def __getattr__(self, name: str) -> Any:
         names = columns()

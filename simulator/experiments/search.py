@@ -85,7 +85,7 @@ def _first_pass_one(base: dict, base_dir: str | None, layout: L.Layout) -> dict[
     why = "" if fits else (f"needs {e.peak_bytes / GIB:.1f} GiB on stage {e.peak_stage} "
                            f"({_largest(e)}), the GPU has {capacity / GIB:.0f}")
     tokens = scenario.training.global_batch * scenario.training.seq_len
-    return {"layout": layout.label, **_fields(layout), "fits": fits, "tokens": tokens,
+    return {"layout": layout.label, **layout.as_dict(), "fits": fits, "tokens": tokens,
             "estimate_peak_gib": e.peak_bytes / GIB, "estimate_s": e.seconds,
             "estimate_bubble_s": e.bubble_s, "estimate_comm_s": e.comm_s, "why": why}
 
@@ -93,10 +93,6 @@ def _first_pass_one(base: dict, base_dir: str | None, layout: L.Layout) -> dict[
 def _largest(e) -> str:
     biggest = max(e.breakdown, key=e.breakdown.get) if e.breakdown else "?"
     return f"most of it {biggest}"
-
-
-def _fields(layout: L.Layout) -> dict[str, Any]:
-    return layout.as_dict()
 
 
 def layout_of(row: Mapping[str, Any]) -> L.Layout:
