@@ -318,6 +318,16 @@ def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ..
             for name, group in strategy.groups(ctx, layout).items()}
 
 
+def _layer_sequence(model: ModelSpec, shard: K.Shard, parallel: ParallelSpec,
+                    layer: int | None) -> list:
+    """Transformer layer ``layer``'s kernels with its tensor-parallel collectives,
+    and, in a MoE layer only, its experts' all-to-alls (any kind of layer: dense or
+    MoE, full or sliding-window attention; None: a dense full-attention layer)."""
+    kernels = tensor.layer_sequence(K.layer_kernels(model, shard, layer=layer, ep=parallel.ep,
+                                                    etp=parallel.etp))
+    return expert.sequence(kernels, parallel.etp) if model.is_moe_layer(layer) else kernels
+
+
 def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,
                  seed: int = 0) -> Context:
     """What every stage's builder needs, checked and worked out once (``seed``: the
@@ -328,13 +338,12 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention,
                     training.low_precision(micro_batches), training.fp8_attention)
-    sequence = tensor.layer_sequence(K.layer_kernels(model, shard))
+    sequence = _layer_sequence(model, shard, parallel, None)
     kinds = {}
     for n in range(model.layers):  # each other kind of layer: its own plans, made once
         kind = model.layer_kind(n)
         if kind != (False, False) and kind not in kinds:
-            layer = expert.sequence(tensor.layer_sequence(K.layer_kernels(
-                model, shard, layer=n, ep=parallel.ep, etp=parallel.etp)), parallel.etp)
+            layer = _layer_sequence(model, shard, parallel, n)
             kinds[kind] = {f: pass_plan(layer, shard, training, f, parallel.tp_comm_overlap,
                                         parallel.delay_wgrad_compute) for f in (True, False)}
     routing = routes.draw(model, parallel.ep, shard.tokens // shard.norm_split * model.top_k,

