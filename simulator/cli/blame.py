@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
         spans = spans[spans["rank"] < max(j["first_rank"] + j["gpus"] for j in trained)]
     late = ranks_to_blame(last_arrivals(spans))
     print("slowest rank per collective call (the last to arrive; the others waited for it):")
-    if late.empty:
+    if finished.comms.empty:
+        print("  none: the run has no collective calls")
+    elif late.empty:
         print("  none: every call's members arrived together")
     for row in late.head(args.top).itertuples(index=False):
         print(f"  rank {int(row.rank):<6} last at {int(row.calls_last):,} call(s); its peers "

@@ -32,10 +32,13 @@ def run(args: argparse.Namespace) -> int:
     table, bins = comms.profile(finished.comms), comms.histogram(finished.comms)
     print(f"communication of {finished.name}: {len(finished.comms):,} calls and messages, "
           f"{format_bytes(float(finished.comms['bytes'].sum()))}")
-    print(comms.format_profile(table))
-    print()
-    print("calls per message size (bins of powers of two):")
-    print(comms.format_histogram(bins))
+    if len(finished.comms):
+        print(comms.format_profile(table))
+        print()
+        print("calls per message size (bins of powers of two):")
+        print(comms.format_histogram(bins))
+    else:
+        print("  none: no rank sends or receives anything (one GPU, or ranks that only compute)")
     if csv:
         guarded(csv, lambda: table.to_csv(csv, index=False, float_format="%.9g"))
     if histogram_csv:

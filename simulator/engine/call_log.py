@@ -21,6 +21,10 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
+# each row field's type, in row order: text as categories, counts, times
+ROW_DTYPES = ("category", "int64", "int64", "category", "category", "int64", "int64",
+              "category", "category", "int64", "float64", "float64", "float64")
+
 
 class CallLog:
     """Rows ``(group, group_index, seq, collective, name, ranks, bytes, algorithm,
@@ -70,6 +74,8 @@ class CallLog:
         from its template), text through codes, so a log of millions of rows is
         built without a Python object per row."""
         explicit = pd.DataFrame(self._rows, columns=list(columns))
+        if not self._count:  # no communication at all: the same columns, typed
+            return explicit.astype(dict(zip(columns, ROW_DTYPES, strict=True)))
         if not self._blocks:
             for name in explicit.columns:  # text as categories, as the block path makes it
                 if pd.api.types.is_string_dtype(explicit[name]):

@@ -33,5 +33,8 @@ def plot_histogram(table: pd.DataFrame, path: str | Path, title: str = "") -> Pa
     ax.set_ylabel("calls")
     ax.set_title(f"{title}: messages per size and dimension" if title else
                  "messages per size and dimension")
-    ax.legend(frameon=False)
+    if len(pivot.columns):
+        ax.legend(frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no communication", transform=ax.transAxes, ha="center")
     return save(fig, path)
