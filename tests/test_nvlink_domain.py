@@ -43,12 +43,14 @@ def test_an_nvl72_rack_is_eighteen_trays_of_four_gpus_on_one_nvlink_switch():
     assert build_cluster("gb300-nvl72", 2).edges["n0.gpu0", "n0.nic0"]["bandwidth"] == 128e9
 
 
-def test_any_domain_size_a_user_asks_for_even_across_a_tray():
+def test_any_domain_of_whole_trays_a_user_asks_for():
     nvl36 = _gpus(build_cluster("gb200-nvl72", 18, nvlink_domain=36))
     assert {d["node"] for d in nvl36.values()} == {0, 1}
-    odd = _gpus(build_cluster("gb200-nvl72", 8, nvlink_domain=18))  # 4.5 trays a domain
-    assert [odd[f"n4.gpu{k}"]["node"] for k in range(4)] == [0, 0, 1, 1]
-    assert odd["n7.gpu3"]["node"] == 1  # a last domain of 14 GPUs
+    odd = _gpus(build_cluster("gb200-nvl72", 8, nvlink_domain=20))  # 5 trays a domain
+    assert [odd[f"n4.gpu{k}"]["node"] for k in range(4)] == [0, 0, 0, 0]
+    assert odd["n5.gpu0"]["node"] == 1 and odd["n7.gpu3"]["node"] == 1  # a last of 12
+    with pytest.raises(ValueError, match="whole servers"):  # (a tray split: issue 55)
+        build_cluster("gb200-nvl72", 8, nvlink_domain=18)
     wide = _gpus(build_cluster("dgx-h100", 4, nvlink_domain=16))  # an NVLink switch system
     assert {d["node"] for d in wide.values()} == {0, 1}
 

@@ -97,9 +97,10 @@ class ClusterSpec:
     ecmp_seed: int = setting(integer(0), 0)  # the seed of ecmp: hash's path choice
     sharp: bool = setting(boolean, False)  # switches reduce in the network (InfiniBand SHARP)
     fabric: NetworkSpec = field(default_factory=FatTree)  # the inter-node network
-    # GPUs per NVLink domain (0: one server's). A domain of several servers (trays)
-    # has one NVSwitch fabric joining all its GPUs, as NCCL's multi-node NVLink
-    # treats one node; each GPU keeps its own NIC for traffic between domains.
+    # GPUs per NVLink domain, a whole number of servers (default: one server's). A
+    # domain of several servers (trays) has one NVSwitch fabric joining all its GPUs,
+    # as NCCL's multi-node NVLink treats one node; each GPU keeps its own NIC for
+    # traffic between domains.
     nvlink_domain: int = setting(integer(1), 0)
     # Host memory and the GPU's link to it, per GPU (a server's shared equally): what
     # activation and optimizer offloading use (``host_rates``; sources in HOSTS)
@@ -123,6 +124,10 @@ class ClusterSpec:
         """Why this cluster cannot have its NVLink domain, or None."""
         if self.domain == self.gpus_per_node:
             return None
+        if self.domain % self.gpus_per_node:
+            whole = ", ".join(str(self.gpus_per_node * k) for k in (1, 2, 3))
+            return (f"must be whole servers: a multiple of the {self.gpus_per_node} GPUs per "
+                    f"server ({whole}, ...)")
         if self.intra_node is not IntraNode.NVSWITCH:
             return (f"an NVLink domain across servers needs NVSwitch; this cluster's GPUs "
                     f"are joined by an NVLink {self.intra_node.value}")
