@@ -15,6 +15,7 @@ import pytest
 from simulator import run
 from simulator.base.fields import ScenarioError
 from simulator.cli import main
+from simulator.compute.model import ComputeModel
 from simulator.config.scenario import from_dict
 from tests.test_hardening import one_error
 
@@ -82,3 +83,52 @@ def test_a_window_on_the_quick_start_runs(tmp_path, capsys):
     code = main(["run", QUICKSTART, "--set", "model.sliding_window=128", "--set",
                  "model.layers=2", "--json", "--out", str(tmp_path / "r")])
     assert code == 0, capsys.readouterr().err
+
+
+# -- item 9: FP8 attention only where the kernel has an FP8 path ---------------------
+
+def _fp8(preset: str = "dgx-h100", **training) -> dict:
+    raw = copy.deepcopy(DENSE)
+    raw["cluster"]["preset"] = preset
+    raw["training"].update(precision="fp8", fp8_attention=True, **training)
+    return raw
+
+
+NO_FP8_PATH = "training.fp8_attention: True needs fused attention with an FP8 path"
+
+
+@pytest.mark.parametrize(("preset", "training", "kernel"), [
+    ("dgx-h100", {"attention_kernel": "flash2"}, "flash2"),
+    ("dgx-h100", {"attention_kernel": "triton"}, "triton"),
+    ("dgx-h100", {"attention_kernel": "unfused"}, "unfused"),
+    ("dgx-h100", {"flash_attention": False}, "unfused"),
+    ("dgx-b200", {"attention_kernel": "flash2"}, "flash2"),
+    ("dgx-b200", {"attention_kernel": "unfused"}, "unfused"),
+    ("dgx-b200", {"flash_attention": False}, "unfused"),
+])
+def test_fp8_attention_needs_a_kernel_with_an_fp8_path(preset, training, kernel):
+    with pytest.raises(ScenarioError) as error:
+        from_dict(_fp8(preset, **training))
+    gpu = from_dict(_fp8(preset)).gpu.name
+    assert str(error.value) == (f"{NO_FP8_PATH} (training.attention_kernel: cudnn or flash3), "
+                                f"not {kernel} on {gpu}")
+
+
+@pytest.mark.parametrize(("preset", "training"), [
+    ("dgx-h100", {}), ("dgx-h100", {"attention_kernel": "cudnn"}),
+    ("dgx-h100", {"attention_kernel": "flash3"}), ("dgx-b200", {}),
+    ("dgx-h100", {"attention_kernel": "auto"}),
+])
+def test_fp8_attention_runs_on_the_kernels_that_have_it(preset, training):
+    assert from_dict(_fp8(preset, **training)).training.fp8_attention
+
+
+def test_fp8_attention_under_another_framework_runs_transformer_engines_kernel():
+    """PyTorch's auto kernel on Hopper is FlashAttention-2, which has no FP8 path:
+    FP8 attention is Transformer Engine's, on cuDNN's kernel."""
+    raw = _fp8()
+    raw["parallelism"]["framework"] = "torchtitan"
+    s = from_dict(raw)
+    assert ComputeModel.for_training(s.gpu, s.training, "torchtitan").attention.kernel == "cudnn"
+    s = from_dict({**raw, "training": {**raw["training"], "fp8_attention": False}})
+    assert ComputeModel.for_training(s.gpu, s.training, "torchtitan").attention.kernel == "flash2"

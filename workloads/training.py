@@ -57,7 +57,7 @@ class TrainingSpec:
     # how FP8 is scaled (Transformer Engine's recipes); default: Megatron-Core's
     # (delayed for fp8, the format's own for mxfp8 and nvfp4)
     fp8_recipe: str | None = setting(choice(RECIPES), None)
-    fp8_attention: bool = setting(boolean, False)  # attention's core in FP8 (cuDNN)
+    fp8_attention: bool = setting(boolean, False)  # attention's core in FP8 (cudnn, flash3)
     # parameters kept (and all-gathered) in the low format (Megatron's
     # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes)
     fp8_param_gather: bool = setting(boolean, False)

@@ -43,6 +43,10 @@ from workloads.kernels import ATTENTION_BACKWARD_FACTOR
 
 DATA = Path(__file__).resolve().parents[2] / "topologies" / "data" / "kernels" / "attention.csv"
 KERNELS = ("flash2", "flash3", "cudnn", "triton")
+# the fused kernels with an FP8 path (Transformer Engine's FP8 dot-product attention
+# runs cuDNN's; FlashAttention-3 has FP8 forward and backward); FlashAttention-2,
+# Triton's and unfused attention have none
+FP8_KERNELS = ("cudnn", "flash3")
 BLOCK_QUERIES = 128  # queries per thread block (FlashAttention-2/3 and cuDNN on Hopper)
 
 
@@ -151,22 +155,24 @@ def rows() -> pd.DataFrame:
     return table
 
 
-def resolve(kernel: str, framework: str, gpu, fused: bool = True) -> str:
+def resolve(kernel: str, framework: str, gpu, fused: bool = True, fp8: bool = False) -> str:
     """The kernel ``training.attention_kernel`` names on ``gpu``: ``auto`` is the
     framework's choice. Transformer Engine (Megatron) runs cuDNN's fused
     attention on Hopper and Blackwell and FlashAttention-2 on Ampere; PyTorch's
     scaled_dot_product_attention (FSDP, TorchTitan, DeepSpeed) its
-    FlashAttention-2 backend, cuDNN's on Blackwell. "" where no rows time it
-    (the GPU file's constant efficiency then does); ``unfused`` without
-    ``fused`` attention."""
+    FlashAttention-2 backend, cuDNN's on Blackwell; FP8 attention (``fp8``) is
+    Transformer Engine's whatever the framework, the first of ``FP8_KERNELS``
+    with rows. "" where no rows time it (the GPU file's constant efficiency
+    then does); ``unfused`` without ``fused`` attention."""
     if not fused or kernel == "unfused":
         return "unfused"
     if kernel != "auto":
         return kernel
-    arch = gpu.architecture
-    wanted = "flash2" if arch == "ampere" or (arch == "hopper" and framework != "megatron") \
-        else "cudnn"
     have = available(gpu)
+    arch = gpu.architecture
+    wanted = next((k for k in FP8_KERNELS if k in have), "") if fp8 else ""
+    wanted = wanted or ("flash2" if arch == "ampere" or (
+        arch == "hopper" and framework != "megatron") else "cudnn")
     return wanted if wanted in have else (have[0] if have else "")
 
 

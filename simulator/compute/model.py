@@ -93,7 +93,8 @@ class ComputeModel:
         """The model a run of ``training`` (a ``TrainingSpec``) in ``framework``
         on ``gpu`` uses: its precision and its attention kernel
         (``compute.attention.resolve``)."""
-        kernel = resolve(training.attention_kernel, framework, gpu, training.flash_attention)
+        kernel = resolve(training.attention_kernel, framework, gpu, training.flash_attention,
+                         training.fp8_attention)
         return cls.of(gpu, training.precision, *host_rates, attention=kernel)
 
     def describe(self, ops: tuple[Op, ...] = ()) -> str:

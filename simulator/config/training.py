@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
-from simulator.compute.attention import available
+from simulator.compute.attention import FP8_KERNELS, available, resolve
 from topologies import GpuSpec
 from workloads.frameworks import Framework
 from workloads.memory import Recompute
@@ -31,6 +31,7 @@ def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
                    f"{', '.join(p for p in PRECISIONS if p in gpu.peak_flops)})")
     check_low_precision(training, gpu)
     training = attention_kernel_from(training, raw, gpu)
+    check_fp8_attention(training, gpu)
     training = recompute_from(training)
     return replace(training, fp8_transposes=training.recipe is not None
                    and not training.recipe.block and gpu.architecture == "hopper")
@@ -58,6 +59,20 @@ def attention_kernel_from(training: TrainingSpec, raw: object, gpu: GpuSpec) -> 
                    f"{gpu.name} (simulator.compute.attention); it has: "
                    f"{', '.join(available(gpu)) or 'none'} (or auto, unfused)")
     return training
+
+
+def check_fp8_attention(training: TrainingSpec, gpu: GpuSpec) -> None:
+    """FP8 attention only on a kernel with an FP8 path (``FP8_KERNELS``), however
+    the kernel was chosen (``attention_kernel``, ``flash_attention: false``, or
+    ``auto``: Transformer Engine's FP8 kernel, ``compute.attention.resolve``); a
+    GPU without attention rows ("") is timed by its file's FP8 efficiency."""
+    if not training.fp8_attention:
+        return
+    kernel = resolve(training.attention_kernel, "", gpu, training.flash_attention, fp8=True)
+    if kernel not in (*FP8_KERNELS, ""):
+        raise fail("training.fp8_attention", True, "needs fused attention with an FP8 path "
+                   f"(training.attention_kernel: {' or '.join(FP8_KERNELS)}), not {kernel} "
+                   f"on {gpu.name}")
 
 
 def recompute_from(training: TrainingSpec) -> TrainingSpec:
@@ -96,9 +111,6 @@ def check_low_precision(training: TrainingSpec, gpu: GpuSpec) -> None:
     if training.fp8_attention and "fp8_attention" not in gpu.low_precision:
         raise fail("training.fp8_attention", True, "has no low_precision.fp8_attention "
                    f"efficiency in {gpu.name}'s GPU file")
-    if training.fp8_attention and not training.flash_attention:
-        raise fail("training.fp8_attention", True, "needs fused attention "
-                                                   "(training.flash_attention: true)")
 
 
 def parallel_from(raw: object, gpus: int, ranks_per_node: int,
