@@ -36,3 +36,63 @@ def test_the_reference_no_longer_offers_a_domain_of_zero():
 
     text = descriptions(ClusterSpec)["nvlink_domain"]
     assert "0:" not in text and "whole number of servers" in text
+
+
+# -- item 15 and 18: init's flags, each checked and named; its precisions the loader's ----
+
+def _error(capsys, argv: list[str], expected_code: int = 2) -> str:
+    from simulator.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == expected_code, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--global-batch", "0", "must be an integer >= 1"),
+    ("--micro-batch", "0", "must be an integer >= 1"),
+    ("--tp", "-1", "must be an integer >= 1"),
+    ("--pp", "0", "must be an integer >= 1"),
+    ("--cp", "0", "must be an integer >= 1"),
+    ("--ep", "0", "must be an integer >= 1"),
+    ("--seq-len", "0", "must be an integer >= 1"),
+    ("--nodes", "0", "must be an integer >= 1"),
+    ("--zero", "4", "is not one of: 0, 1, 2, 3"),
+    ("--precision", "fp32", "is not one of: bf16, fp16, fp8"),
+    ("--recompute", "some", "is not one of: none, selective, full"),
+])
+def test_init_names_the_flag_it_refuses(tmp_path, capsys, flag, value, allowed):
+    path = tmp_path / "s.yaml"
+    err = _error(capsys, ["init", str(path), flag, value])
+    shown = repr(int(value)) if value.lstrip("-").isdigit() else repr(value)
+    assert err.startswith(f"error: {flag}: {shown} {allowed}"), err
+    assert "training.global_batch" not in err or flag == "--global-batch"
+    assert not path.exists()
+
+
+def test_init_writes_the_global_batch_it_is_given(tmp_path, capsys):
+    import yaml
+
+    from simulator.cli import main
+
+    path = tmp_path / "s.yaml"
+    assert main(["init", str(path), "--global-batch", "64"]) == 0
+    assert yaml.safe_load(path.read_text())["training"]["global_batch"] == 64
+
+
+def test_init_lists_exactly_the_precisions_the_loader_accepts(tmp_path, capsys):
+    import re
+
+    from simulator.base.fields import allowed_by
+    from simulator.cli import main
+    from simulator.config.training import TRAINING_SCHEMA
+
+    path = tmp_path / "s.yaml"
+    assert main(["init", str(path)]) == 0
+    line = next(t for t in path.read_text().splitlines() if t.lstrip().startswith("precision:"))
+    written = set(re.findall(r"\b(?:bf16|fp16|fp32|fp8|mxfp8|nvfp4|fp4|int8)\b",
+                             line.partition("#")[2]))
+    accepted = set(allowed_by(TRAINING_SCHEMA["precision"][0])[len("one of: "):].split(", "))
+    assert written == accepted

@@ -10,7 +10,11 @@ from pathlib import Path
 import yaml
 
 from simulator.cli import options
+from simulator.config.cluster import SCHEMA as CLUSTER_SCHEMA
 from simulator.config.scenario import ScenarioError, from_dict
+from simulator.config.training import PARALLEL_SCHEMA, TRAINING_SCHEMA
+from workloads.memory import Recompute
+from workloads.precision import HIGH, LOW, PRECISIONS
 
 TEMPLATE = """\
 # A starter scenario written by `clustersim init`: {model} on {nodes} {cluster} node(s).
@@ -30,8 +34,8 @@ training:
   seq_len: {seq_len}        # tokens per sequence
   global_batch: {global_batch}  # sequences per iteration (dp x micro_batch x micro-batches)
   micro_batch: {micro_batch}  # sequences per micro-batch
-  precision: {precision}      # bf16, fp16, fp32; fp8, mxfp8, nvfp4 where the GPU has them
-  recompute: {recompute}    # none | selective | full activation recomputation
+  precision: {precision}      # {high}; {low} where the GPU has them
+  recompute: {recompute}    # {recomputes} activation recomputation
 parallelism:
   tp: {tp}                     # tensor parallel (inside an NVLink domain)
   pp: {pp}                     # pipeline stages
@@ -44,6 +48,12 @@ parallelism:
 #   symmetry: auto          # the fast exact path; full simulates every rank
 """
 EXPERTS = "  ep: {ep}                     # expert parallel (the model's {count} experts)\n"
+# Each flag's scenario key: its value is checked by that key's own check, the error
+# naming the flag (``checked``).
+FLAGS = {"nodes": CLUSTER_SCHEMA["nodes"], **{k: PARALLEL_SCHEMA[k] for k in (
+    "tp", "pp", "cp", "ep", "zero")}, **{k: TRAINING_SCHEMA[k] for k in (
+        "seq_len", "micro_batch", "global_batch", "precision", "recompute")}}
+RECOMPUTES = " | ".join(r.value for r in Recompute)
 
 
 def add_parser(sub) -> None:
@@ -67,8 +77,11 @@ def add_parser(sub) -> None:
         init.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
     init.add_argument("--global-batch", type=int,
                       help="sequences per iteration (default: dp x micro-batch x 4 x pp)")
-    init.add_argument("--precision", default="bf16", help="bf16 (default), fp16, fp8, ...")
-    init.add_argument("--recompute", default="selective", help="none, selective (default), full")
+    init.add_argument("--precision", default="bf16",
+                      help=f"{', '.join(PRECISIONS)} (default bf16; {', '.join(LOW)} where "
+                           "the GPU has them)")
+    init.add_argument("--recompute", default="selective",
+                      help=f"{RECOMPUTES.replace(' | ', ', ')} (default selective)")
     init.add_argument("--force", action="store_true", help="replace an existing file")
 
 
@@ -100,23 +113,38 @@ def starter(args: argparse.Namespace, path: str, gpus: int, experts: int) -> str
         raise ScenarioError(f"--tp {args.tp} x --pp {args.pp} x --cp {args.cp} = {split} must "
                             f"divide the {gpus} GPUs of --nodes {args.nodes} {args.cluster}")
     dp = gpus // split
-    batch = args.global_batch or dp * args.micro_batch * 4 * args.pp
+    batch = args.global_batch if args.global_batch is not None else (
+        dp * args.micro_batch * 4 * args.pp)
     return aligned(TEMPLATE.format(
         model=args.model, nodes=args.nodes, cluster=args.cluster, path=path, gpus=gpus,
         name=f"{args.model}-{args.cluster}-{gpus}gpu", seq_len=args.seq_len,
         global_batch=batch, micro_batch=args.micro_batch, precision=args.precision,
-        recompute=args.recompute, tp=args.tp, pp=args.pp, cp=args.cp, dp=dp, zero=args.zero,
+        recompute=args.recompute, high=", ".join(HIGH), low=", ".join(LOW),
+        recomputes=RECOMPUTES, tp=args.tp, pp=args.pp, cp=args.cp, dp=dp, zero=args.zero,
         experts=EXPERTS.format(ep=args.ep, count=experts) if experts else ""))
+
+
+def checked(args: argparse.Namespace) -> None:
+    """Each flag's value checked by the scenario key it sets, the error naming the
+    flag (``--micro-batch: 0 must be an integer >= 1``), before any is used."""
+    for name, (check, _) in FLAGS.items():
+        value = getattr(args, name)
+        if value is not None:
+            check(f"--{name.replace('_', '-')}", value)
 
 
 def run(args: argparse.Namespace) -> int:
     from simulator.config.scenario import machine_from, model_from
 
+    checked(args)
     try:
         machine = machine_from({"preset": args.cluster, "nodes": args.nodes})
+    except ScenarioError as error:
+        raise ScenarioError(f"--cluster: {error}") from None
+    try:
         model = model_from({"preset": args.model})
     except ScenarioError as error:
-        raise ScenarioError(f"--cluster, --nodes or --model: {error}") from None
+        raise ScenarioError(f"--model: {error}") from None
     if args.ep > 1 and not model.experts:
         raise ScenarioError(f"--ep {args.ep}: the model {args.model} has no experts")
     path = options.output_file(args.path, "path")
