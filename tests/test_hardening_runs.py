@@ -4,6 +4,7 @@ scenarios on 1, 2 and 8 GPUs always end in a result that holds together."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -54,9 +55,15 @@ def test_a_one_gpu_run_works_and_shows_an_empty_communication_log(tmp_path, caps
     assert "none: the run has no collective calls" in printed
 
 
-def test_a_one_gpu_run_is_its_compute():
-    """With nothing to wait for, the iteration ends with the rank's last kernel."""
-    result = run(ONE_GPU)
+@pytest.mark.parametrize("experts", [0, 4])
+def test_a_one_gpu_run_is_its_compute(experts):
+    """With nothing to wait for, the iteration ends with the rank's last kernel;
+    a MoE layer's exchanges over one rank are none (they used to be logged as
+    all-to-alls of one member)."""
+    raw = copy.deepcopy(ONE_GPU)
+    if experts:
+        raw["model"].update(experts=experts, top_k=2, expert_ffn_hidden=256)
+    result = run(raw)
     assert result.comms.empty and result.summary["gpus"] == 1
     assert result.summary["exposed_comm_s"] == 0 and result.summary["bubble_s"] == 0
     busy = result.spans[result.spans["stream"] == "compute"]
@@ -81,12 +88,17 @@ def small_scenarios(draw) -> dict:
     parallelism = {"tp": tp, "cp": cp, "pp": pp, "dp": dp,
                    "schedule": draw(st.sampled_from(["1f1b", "gpipe"])),
                    "zero": draw(st.sampled_from([0, 1, 2, 3])) if dp > 1 else 0}
-    if tp > 1:
-        parallelism["sequence_parallel"] = draw(st.booleans())
+    model = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1024}
+    moe = draw(st.booleans())
+    if moe:  # a MoE model, its experts over some of the data-parallel ranks
+        model.update(experts=4, top_k=2, expert_ffn_hidden=256)
+        parallelism["ep"] = draw(st.sampled_from([e for e in _divisors(dp) if e <= 4]))
+    if tp > 1:  # (Megatron-Core requires sequence parallelism in MoE layers)
+        parallelism["sequence_parallel"] = moe or draw(st.booleans())
     return {"name": f"g{gpus}-tp{tp}-cp{cp}-pp{pp}-dp{dp}", "seed": draw(st.integers(0, 3)),
             "cluster": {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": gpus,
                         "compute_jitter": draw(st.sampled_from([0, 0.02]))},
-            "model": {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1024},
+            "model": model,
             "training": {"seq_len": 256, "global_batch": micro * per_rank * dp,
                          "micro_batch": micro,
                          "precision": draw(st.sampled_from(["bf16", "fp8"]))},
@@ -102,7 +114,7 @@ def _no_overlap_per_stream(spans) -> bool:
     return True
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=16, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(small_scenarios())
 def test_random_small_valid_scenarios_run_and_hold_together(raw):

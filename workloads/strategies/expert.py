@@ -238,7 +238,11 @@ def hops(ctx: Context, step: str, forward: bool, load: float
     ``exchange`` gives (each token once per rank holding its experts: from the
     rank, or forwarded by its domain's relay), the RDMA hop each token once per
     domain holding its experts (``routing.domains_per_token``; the share for the
-    rank's own domain stays in it, as NCCL's all-to-all keeps a rank's own)."""
+    rank's own domain stays in it, as NCCL's all-to-all keeps a rank's own).
+    None over a group of one rank: Megatron-Core's all-to-all and gathers return
+    their input at once for a group of size 1 (``tensor_parallel.mappings``)."""
+    if (ctx.parallel.etp if group_of(step) == "etp" else ctx.parallel.ep) == 1:
+        return ()
     kind, nbytes = exchange(ctx, step, forward, load)
     if step in (GATHER, SCATTER) or domains(ctx.parallel) == 1:
         return ((EP_STREAM, group_of(step), kind, nbytes, step),)
