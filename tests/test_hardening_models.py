@@ -42,16 +42,16 @@ def iteration(raw: dict) -> float:
 
 # -- item 2: sliding windows on every kind of layer ----------------------------------
 
-@pytest.mark.parametrize("model", [
-    {},  # every layer dense
-    {"experts": 4, "top_k": 2, "first_dense_layers": 1},  # a dense layer before MoE ones
-    {"sliding_window_pattern": 2},  # dense, full attention every other layer
+@pytest.mark.parametrize(("model", "window"), [
+    ({}, {}),  # every layer dense
+    ({"experts": 4, "top_k": 2, "first_dense_layers": 1}, {}),  # dense layers, then MoE
+    ({}, {"sliding_window_pattern": 2}),  # dense, full attention every other layer
 ])
-def test_sliding_windows_run_on_every_kind_of_layer(model):
+def test_sliding_windows_run_on_every_kind_of_layer(model, window):
     full = iteration(scenario(**model))
-    windowed = iteration(scenario(sliding_window=128, **model))
+    windowed = iteration(scenario(sliding_window=128, **window, **model))
     assert windowed < full
-    assert iteration(scenario(sliding_window=4096, **model)) == pytest.approx(full)
+    assert iteration(scenario(sliding_window=4096, **window, **model)) == pytest.approx(full)
 
 
 MISTRAL_7B = {  # mistralai/Mistral-7B-v0.1's config.json
@@ -132,3 +132,45 @@ def test_fp8_attention_under_another_framework_runs_transformer_engines_kernel()
     assert ComputeModel.for_training(s.gpu, s.training, "torchtitan").attention.kernel == "cudnn"
     s = from_dict({**raw, "training": {**raw["training"], "fp8_attention": False}})
     assert ComputeModel.for_training(s.gpu, s.training, "torchtitan").attention.kernel == "flash2"
+
+
+# -- item 11: one declaration of the keys each kind of model takes -------------------
+
+@pytest.mark.parametrize(("model", "message"), [
+    ({"kv_lora_rank": 256}, "model.kv_lora_rank: 256 needs multi-head latent attention "
+                            "(model.attention: mla)"),
+    ({"q_lora_rank": 64}, "model.q_lora_rank: 64 needs multi-head latent attention"),
+    ({"qk_nope_head_dim": 32}, "model.qk_nope_head_dim: 32 needs multi-head latent"),
+    ({"qk_rope_head_dim": 32}, "model.qk_rope_head_dim: 32 needs multi-head latent"),
+    ({"v_head_dim": 32}, "model.v_head_dim: 32 needs multi-head latent"),
+    ({"attention": "mla", "head_size": 64}, "model.head_size: 64 needs standard attention "
+                                            "(model.attention: standard)"),
+    ({"attention": "mla", "kv_heads": 2}, "model.kv_heads: 2 needs standard attention"),
+    ({"sliding_window_pattern": 2}, "model.sliding_window_pattern: 2 needs sliding-window "
+                                    "attention (model.sliding_window)"),
+    ({"top_k": 2}, "model.top_k: 2 needs a model with experts (model.experts > 0): a dense "
+                   "model has no router"),
+])
+def test_keys_a_kind_of_model_does_not_use_are_refused(model, message):
+    with pytest.raises(ScenarioError) as error:
+        from_dict(scenario(**model))
+    assert str(error.value).startswith(message), error.value
+
+
+def test_keys_of_the_kind_given_are_taken():
+    mla = from_dict(scenario(attention="mla", kv_lora_rank=128, q_lora_rank=64,
+                             qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)).model
+    assert (mla.kv_lora_rank, mla.q_lora_rank, mla.head_dim) == (128, 64, 48)
+    assert from_dict(scenario(head_size=32, kv_heads=2)).model.head_dim == 32
+    windowed = from_dict(scenario(sliding_window=64, sliding_window_pattern=2)).model
+    assert windowed.is_sliding_layer(0) and not windowed.is_sliding_layer(1)
+
+
+def test_the_kinds_declare_every_key_one_kind_alone_takes():
+    """Every key that one kind of model alone uses is declared with its kind
+    (``workloads.models.KINDS``), and each is a ModelSpec setting."""
+    from simulator.base.fields import schema_of
+    from workloads.models import KINDS, ModelSpec
+    keys = [key for kind in KINDS for key in kind.keys]
+    assert len(keys) == len(set(keys)) and set(keys) <= set(schema_of(ModelSpec))
+    assert {"kv_lora_rank", "head_size", "top_k", "sliding_window_pattern"} <= set(keys)

@@ -13,7 +13,7 @@ aligned share: up to a multiple of 128 x tp (``padded_vocab``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
@@ -149,6 +149,37 @@ class ModelSpec:
         """
         return (self.experts > 0 and layer is not None and layer >= self.first_dense_layers
                 and layer % self.moe_layer_freq == 0)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of model and the ``ModelSpec`` keys only it uses: the scenario
+    refuses one of them given to a model of another kind (``config.model``)
+    instead of ignoring it. ``needs``: the kind, the key that makes it, and
+    why the others have no use for its keys."""
+
+    needs: str
+    keys: tuple[str, ...]
+    of: Callable[[ModelSpec], bool]
+
+
+MOE_ONLY = ("top_k", "expert_ffn_hidden", "shared_experts", "moe_layer_freq",
+            "first_dense_layers", "capacity_factor", "router", "router_aux_loss", "routing",
+            "routing_skew")
+MLA_ONLY = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+            "v_head_dim")
+KINDS = (
+    Kind("a model with experts (model.experts > 0): a dense model has no router", MOE_ONLY,
+         lambda m: m.experts > 0),
+    Kind("multi-head latent attention (model.attention: mla): standard attention projects "
+         "its queries, keys and values without latents", MLA_ONLY, lambda m: m.mla),
+    Kind("standard attention (model.attention: standard): multi-head latent attention's "
+         "heads are qk_nope_head_dim + qk_rope_head_dim wide, its keys and values one per "
+         "head from the latent", ("head_size", "kv_heads"), lambda m: not m.mla),
+    Kind("sliding-window attention (model.sliding_window): without a window every layer "
+         "attends to the whole sequence", ("sliding_window_pattern",),
+         lambda m: m.sliding_window is not None),
+)
 
 
 def gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:

@@ -12,7 +12,7 @@ from typing import Any
 from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, setting, text
 from simulator.base.user_files import read_text, user_path
 from workloads.hf_config import HfConfigError, model_from_hf
-from workloads.models import MODELS, Mlp, ModelSpec
+from workloads.models import KINDS, MODELS, MOE_ONLY, Mlp, ModelSpec  # noqa: F401 - MOE_ONLY
 
 
 @dataclass(frozen=True)
@@ -76,21 +76,19 @@ def _model(values: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
     return ModelSpec(**base)
 
 
-MOE_ONLY = ("top_k", "expert_ffn_hidden", "shared_experts", "moe_layer_freq",
-            "first_dense_layers", "capacity_factor", "router", "routing", "routing_skew")
-
-
 def _experts(base: dict[str, Any], inline: dict[str, Any], histogram: str | None) -> None:
-    """A router's keys need routed experts, and routed experts need a MoE layer."""
-    if not base.get("experts"):
-        given = [k for k in MOE_ONLY if k in inline] + (["routing_histogram"] if histogram
-                                                         else [])
-        if given:
-            raise fail(f"model.{given[0]}", inline.get(given[0], histogram),
-                       "needs a model with experts (model.experts > 0): a dense model has "
-                       "no router")
-        return
+    """Keys only another kind of model uses (``workloads.models.KINDS``) are
+    refused; a router's histogram needs routed experts, and routed experts need
+    a MoE layer."""
     spec = ModelSpec(**{**base, "routing_weights": None})
+    for kind in KINDS:
+        given = [k for k in kind.keys if k in inline]
+        if given and not kind.of(spec):
+            raise fail(f"model.{given[0]}", inline[given[0]], f"needs {kind.needs}")
+    if not spec.experts:
+        if histogram:
+            raise fail("model.routing_histogram", histogram, f"needs {KINDS[0].needs}")
+        return
     if not any(spec.is_moe_layer(n) for n in range(spec.layers)):
         raise fail("model.first_dense_layers", spec.first_dense_layers,
                    f"with moe_layer_freq {spec.moe_layer_freq} leaves no MoE layer among the "
