@@ -96,3 +96,83 @@ def test_init_lists_exactly_the_precisions_the_loader_accepts(tmp_path, capsys):
                              line.partition("#")[2]))
     accepted = set(allowed_by(TRAINING_SCHEMA["precision"][0])[len("one of: "):].split(", "))
     assert written == accepted
+
+
+# -- item 16: several scenarios in one run: every row, the table, no empty folders -----
+
+TINY = {"cluster": {"preset": "dgx-a100", "nodes": 1},
+        "model": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1000},
+        "training": {"seq_len": 128, "global_batch": 8, "micro_batch": 1},
+        "parallelism": {"tp": 2, "pp": 2, "dp": 2}}
+
+
+def _scenario(tmp_path, name: str) -> str:
+    import yaml
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, **TINY}))
+    return str(path)
+
+
+def _failing(monkeypatch, name: str, error: Exception) -> None:
+    """``simulate`` raising ``error`` for the scenario called ``name``."""
+    from simulator.runner import simulate
+
+    real = simulate.run
+
+    def run(scenario, *args, **kwargs):
+        if scenario.name == name:
+            raise error
+        return real(scenario, *args, **kwargs)
+    monkeypatch.setattr(simulate, "run", run)
+
+
+@pytest.mark.parametrize(("error", "code", "said"), [
+    (RuntimeError("boom"), 3, "internal error: RuntimeError: boom"),
+    (ScenarioError("training.x: 1 is refused"), 2, "error: training.x: 1 is refused")])
+def test_a_failed_scenario_among_several_is_a_row_and_leaves_no_folder(
+        tmp_path, capsys, monkeypatch, error, code, said):
+    from simulator.cli import main
+
+    _failing(monkeypatch, "b", error)
+    out = tmp_path / "runs"
+    assert main(["run", _scenario(tmp_path, "a"), _scenario(tmp_path, "b"),
+                 _scenario(tmp_path, "c"), "--out", str(out)]) == code
+    captured = capsys.readouterr()
+    rows = captured.out.splitlines()
+    assert rows[0].split()[:3] == ["scenario", "GPUs", "iteration"]
+    assert [r.split()[0] for r in rows[2:]] == ["a", "b", "c"]
+    assert said[:30] in rows[3] and "Traceback" not in captured.err
+    assert f"b.yaml: {said}" in captured.err
+    assert (out / "a" / "summary.json").is_file() and (out / "c" / "summary.json").is_file()
+    assert not (out / "b").exists()
+
+
+def test_several_as_json_give_the_failed_one_its_error(tmp_path, capsys, monkeypatch):
+    import json
+
+    from simulator.cli import main
+
+    _failing(monkeypatch, "b", RuntimeError("boom"))
+    out = tmp_path / "runs"
+    assert main(["run", _scenario(tmp_path, "a"), _scenario(tmp_path, "b"), "--out", str(out),
+                 "--json"]) == 3
+    rows = json.loads(capsys.readouterr().out)
+    assert "summary" in rows[0] and rows[1]["error"].startswith("internal error: RuntimeError")
+
+
+@pytest.mark.parametrize(("error", "code"), [(RuntimeError("boom"), 3),
+                                             (ScenarioError("x: 1 is refused"), 2)])
+def test_a_failed_single_run_leaves_no_empty_folder(tmp_path, capsys, monkeypatch, error,
+                                                    code):
+    from simulator.cli import main
+
+    _failing(monkeypatch, "a", error)
+    out = tmp_path / "deep" / "run"
+    assert main(["run", _scenario(tmp_path, "a"), "--out", str(out)]) == code
+    capsys.readouterr()
+    assert not out.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert main(["run", _scenario(tmp_path, "a"), "--out", str(existing)]) == code
+    assert existing.is_dir()  # (a folder the user made is the user's)

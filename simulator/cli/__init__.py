@@ -33,7 +33,8 @@ One module per command (``run``, ``init``, ``collective``, ``gantt``, ``comms``,
 ``compare``, ``trace``, ``blame``, ``sweep``, ``plot``, ``validate``,
 ``calibrate``, ``presets``, ``search``, ``export_chakra``, ``completion``),
 registered in
-``COMMANDS`` below; ``options`` checks and
+``COMMANDS`` below; ``failures`` says what a failed command exits with and
+prints; ``options`` checks and
 makes every output path before a command works; ``reference`` writes the
 documentation's reference pages from the parsers, specs and registries.
 """
@@ -44,8 +45,6 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
-import traceback
 from collections.abc import Sequence
 
 from simulator.cli import (
@@ -56,6 +55,7 @@ from simulator.cli import (
     compare,
     completion,
     export_chakra,
+    failures,
     gantt,
     init,
     plot,
@@ -66,11 +66,6 @@ from simulator.cli import (
     trace,
     validate,
 )
-from simulator.collectives.tuner import CollectiveError
-from simulator.config.scenario import ScenarioError
-from simulator.engine.records import SimulationError
-from simulator.network.fabric import FabricError
-from simulator.outputs.out_dirs import OutputError, RunDirError
 
 # One module per command (``add_parser`` and ``run``); adding a command = one module
 # + one line here. The order is the order of ``clustersim --help``.
@@ -109,55 +104,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
-    except (ScenarioError, RunDirError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (SimulationError, FabricError, CollectiveError) as error:
-        print(f"simulation failed: {error}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # e.g. `clustersim presets | head`: the reader left
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
-    except OutputError as error:
-        print(f"output failed: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:  # the system refused a file or a resource: not a bug
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"failed: {where}{error.strerror or error}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("failed: out of memory (the run needs more than this machine has free; try "
-              "fewer ranks, a shorter run, or simulation.symmetry auto)", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("interrupted (partial outputs removed)", file=sys.stderr)
         return 130
     except Terminated:
         print("terminated (partial outputs removed)", file=sys.stderr)
         return 143
-    except Exception as error:  # noqa: BLE001 - a bug: one line, the details kept in a file
-        where = _save_traceback(getattr(args, "crash_dir", None))
-        print(f"internal error: {type(error).__name__}: {error} (a clustersim bug; please "
-              f"report it with {where})", file=sys.stderr)
-        return 3
-
-
-def _save_traceback(folder: str | None) -> str:
-    """Write the current exception's traceback to ``folder`` (beside the run
-    directory, when the command got that far) or the temporary folder; return
-    the path."""
-    text = traceback.format_exc()
-    for place in (folder, tempfile.gettempdir()):
-        if place is None:
-            continue
-        path = os.path.join(place, f"clustersim-error-{os.getpid()}.txt")
-        try:
-            with open(path, "w") as file:
-                file.write(text)
-            return path
-        except OSError:
-            continue
-    return "the traceback: it could not be saved"
+    except Exception as error:  # noqa: BLE001 - each kind its exit code and one line
+        code, line = failures.failure(error, getattr(args, "crash_dir", None))
+        print(line, file=sys.stderr)
+        return code
 
 
 def console() -> None:

@@ -8,6 +8,8 @@ traceback or a half-written result.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.base.units import UnitError, parse_time
@@ -48,6 +50,24 @@ def output_dir(path: str | Path, option: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ScenarioError(f"{option}: the folder {path} is not writable")
     return path
+
+
+@contextmanager
+def removed_if_failed(path: str | Path) -> Iterator[None]:
+    """The folders of ``path`` that the work inside makes (``output_dir``) removed
+    again, deepest first, where it fails and leaves them empty: a failed run
+    leaves no empty folder behind (a folder that was there stays)."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (an error file beside the run), or not there
+                break
+        raise
 
 
 def _short(path: Path) -> str:

@@ -14,6 +14,7 @@ from simulator.base.clock import STARTED
 from simulator.base.units import format_bytes, format_time
 from simulator.base.user_files import file_name
 from simulator.cli import options
+from simulator.cli.failures import failure
 from simulator.config.scenario import ScenarioError, load
 from simulator.outputs import out_dirs, run_dir
 from simulator.outputs.out_dirs import OutputError
@@ -188,19 +189,20 @@ def _one(args: argparse.Namespace, scenario, out: Path, option: str, started: fl
     trace was written)."""
     from simulator.runner.simulate import run as simulate
 
-    out = options.output_dir(out, option)
-    held = out_dirs.replaceable(out, option)
-    # an internal error's traceback goes beside the run directory (which a run replaces
-    # whole, and where a file of its own would make it no longer a run's)
-    args.crash_dir = str(out.absolute().parent)
-    with out_dirs.exclusive(out, option):  # a second run into out is refused meanwhile
-        result = simulate(scenario)
-        try:
-            run_dir.write(result, out, args.format, spans_csv=args.spans_csv,
-                          trace=args.trace)
-        except OutputError:  # the results are not lost: they go to the terminal
-            _print(args, result.summary, out, started, True)
-            raise
+    with options.removed_if_failed(out):
+        out = options.output_dir(out, option)
+        held = out_dirs.replaceable(out, option)
+        # an internal error's traceback goes beside the run directory (which a run
+        # replaces whole, and where a file of its own would make it no longer a run's)
+        args.crash_dir = str(out.absolute().parent)
+        with out_dirs.exclusive(out, option):  # a second run into out is refused meanwhile
+            result = simulate(scenario)
+            try:
+                run_dir.write(result, out, args.format, spans_csv=args.spans_csv,
+                              trace=args.trace)
+            except OutputError:  # the results are not lost: they go to the terminal
+                _print(args, result.summary, out, started, True)
+                raise
     if held not in (None, scenario.name):
         print(f"note: {out} held a run of the scenario {held!r}; it now holds this one",
               file=sys.stderr)
@@ -209,10 +211,9 @@ def _one(args: argparse.Namespace, scenario, out: Path, option: str, started: fl
 
 def _several(args: argparse.Namespace) -> int:
     """Every scenario checked first, then each run into ``--out``/NAME in turn
-    (one that fails is reported in the table, the others still run); the table,
-    or the summaries as a JSON list. Exit 1 when one failed."""
-    from simulator.engine.records import SimulationError
-
+    (one that fails, in any way, is a row of the table with its error, and
+    leaves no folder; the others still run); the table, or the summaries as a
+    JSON list. Exit as the worst failure would alone (``failures``), else 0."""
     scenarios = [load(path, args.set) for path in args.scenario]
     folders = [file_name(s.name) for s in scenarios]
     for k, name in enumerate(folders):
@@ -222,22 +223,24 @@ def _several(args: argparse.Namespace) -> int:
                                 f"also {first}'s; each run needs a folder of its own: give "
                                 "the scenarios different names")
     parent = Path(args.out or "runs")
-    rows = []
+    rows, codes = [], [0]
     for path, scenario, name in zip(args.scenario, scenarios, folders, strict=True):
         started = time.perf_counter()
         try:
             summary, _ = _one(args, scenario, parent / name, "--out", started)
             rows.append((path, scenario.name, parent / name, summary, ""))
-        except SimulationError as error:
-            rows.append((path, scenario.name, parent / name, None, str(error)))
-            print(f"{path}: simulation failed: {error}", file=sys.stderr)
+        except Exception as error:  # noqa: BLE001 - its row says it; the others still run
+            code, line = failure(error, getattr(args, "crash_dir", None))
+            codes.append(code)
+            rows.append((path, scenario.name, parent / name, None, line))
+            print(f"{path}: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps([{"scenario": path, "name": name, "run_dir": str(out),
                            **({"summary": s} if s else {"error": why})}
                           for path, name, out, s, why in rows], indent=2))
     else:
         print(comparison(rows))
-    return 1 if any(s is None for *_, s, _ in rows) else 0
+    return max(codes)
 
 
 COLUMNS = ("scenario", "GPUs", "iteration", "tokens/s", "MFU", "peak memory", "exposed comm",
@@ -249,7 +252,7 @@ def comparison(rows: list[tuple]) -> str:
     table = [COLUMNS]
     for _, name, out, s, why in rows:
         if s is None:
-            table.append((name, "-", f"failed: {why}"[:60], "", "", "", "", "", str(out)))
+            table.append((name, "-", why[:60], "", "", "", "", "", ""))  # (no folder left)
             continue
         table.append((name, f"{s['gpus']:,}", format_time(s["iteration_time_s"]),
                       f"{s['tokens_per_s']:,.0f}", f"{s['mfu']:.1%}",
