@@ -25,7 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.base.chakra_checks import (
+    TraceError,
+    check_metadata,
+    check_notes,
+    check_program,
+    check_sizes,
+    check_steps,
+)
 from simulator.base.chakra_foreign import read_foreign
+from simulator.base.chakra_notes import plain, restored
 from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, delimited, messages, varint
 from simulator.base.ir import Collective, KernelClass, Op, OpKind, Phase, Program
 
@@ -39,10 +48,6 @@ KIND_NODE = {OpKind.COMPUTE: "COMP_NODE", OpKind.COLLECTIVE: "COMM_COLL_NODE",
              OpKind.SEND: "COMM_SEND_NODE", OpKind.RECV: "COMM_RECV_NODE"}
 
 
-class TraceError(ValueError):
-    """A trace folder that cannot be read as a program (one line: what and where)."""
-
-
 @dataclass(frozen=True)
 class Trace:
     """A program read from Chakra traces, each rank's recorded compute durations
@@ -51,6 +56,14 @@ class Trace:
     program: Program
     durations: tuple[np.ndarray, ...]
     facts: Mapping[str, object]
+
+    @property
+    def kernels(self) -> bool:
+        """Whether every compute op names its kernel (what re-timing needs: another
+        tool's traces, and their re-exports, do not)."""
+        unique = {id(ops): ops for ops in self.program.ops}.values()
+        return not self.facts.get("foreign") and all(
+            op.kernel is not None for ops in unique for op in ops if op.kind is OpKind.COMPUTE)
 
 
 def write(program: Program, durations: Callable[[int], np.ndarray], folder: str | Path,
@@ -67,7 +80,7 @@ def write(program: Program, durations: Callable[[int], np.ndarray], folder: str 
              for dim, groups in program.groups.items()}
     written = []
     for rank, ops in enumerate(program.ops):
-        path = folder / f"trace.{rank}.et"
+        path = _fresh(folder / f"trace.{rank}.et")
         with open(path, "wb") as file:
             _put(file, _metadata(program, facts if rank == 0 else None))
             seconds = durations(rank)
@@ -78,8 +91,16 @@ def write(program: Program, durations: Callable[[int], np.ndarray], folder: str 
                 last[op.stream] = i
         written.append(path)
     groups = {str(n): list(program.groups[dim][k]) for (dim, k), n in ids.items()}
-    (folder / "comm_groups.json").write_text(json.dumps(groups))
+    _fresh(folder / "comm_groups.json").write_text(json.dumps(groups))
     return written
+
+
+def _fresh(path: Path) -> Path:
+    """``path`` with a symbolic link there removed: a file is written in its
+    folder, never through a link to somewhere else."""
+    if path.is_symlink():
+        path.unlink()
+    return path
 
 
 def _put(file, message) -> None:
@@ -97,7 +118,7 @@ def _metadata(program: Program, facts: Mapping[str, object] | None):
                "static_memory": [dict(m) for m in program.static_memory],
                "model_flops": program.model_flops, "tokens": program.tokens,
                "stage": list(program.stage), "steps": [list(r) for r in program.steps],
-               **facts}
+               "notes": plain(program.notes), **facts}
         meta.attr.append(M["AttributeProto"](name=META, string_val=json.dumps(own)))
     return meta
 
@@ -143,41 +164,58 @@ def _node(i: int, op: Op, seconds: float, previous: int | None, rank: int, group
 
 def read(folder: str | Path) -> Trace:
     """The program of the Chakra traces in ``folder``: written by ``write``, op for
-    op; another tool's, from Chakra's fields (``chakra_foreign``). A
-    ``TraceError`` naming the file and what is wrong otherwise."""
+    op; another tool's, from Chakra's fields (``chakra_foreign``). Everything
+    read is checked (``chakra_checks``): a ``TraceError`` naming the file, the
+    node and what is wrong otherwise."""
     folder = Path(folder)
     first = folder / "trace.0.et"
-    facts = _facts(_messages(first)[0], first) if first.is_file() else None
+    head = _messages(first) if first.is_file() else None
+    if head == []:
+        check_sizes({first: head})
+    facts = _facts(head[0], first) if head else None
     if facts is None:  # another tool's traces: what Chakra's fields say
         try:
-            return Trace(*read_foreign(folder))
-        except Exception as error:  # noqa: BLE001 - any malformed file: one line
-            raise TraceError(str(error) if isinstance(error, ValueError) and str(error).startswith(
-                str(folder)) else f"{folder}: {type(error).__name__}: {error}") from None
-    ranks = facts.get("ranks")
-    if not isinstance(ranks, int) or ranks < 1:
-        raise TraceError(f"{first}: its clustersim metadata gives no rank count")
+            program, durations, facts, paths, ids = read_foreign(folder)
+        except TraceError:
+            raise
+        except Exception as error:  # noqa: BLE001 - anything unforeseen: still one line
+            raise TraceError(f"{folder}: {type(error).__name__}: {error}") from None
+    else:
+        program, durations, paths = _own(folder, facts, first)
+        ids = [range(len(ops)) for ops in program.ops]
+    check_program(program, durations, paths, ids)
+    return Trace(program, tuple(durations), facts)
+
+
+def _own(folder: Path, facts: dict, first: Path) -> tuple[Program, list, list[Path]]:
+    """The program ``write`` wrote into ``folder`` (``facts``: rank 0's metadata)."""
+    check_metadata(facts, first)
+    ranks = facts["ranks"]
+    paths = [folder / f"trace.{rank}.et" for rank in range(ranks)]
+    for path in paths:
+        if not path.is_file():
+            raise TraceError(f"{folder}: {path.name} is missing ({ranks} ranks traced)")
+    found = {path: _messages(path) for path in paths}
+    check_sizes(found)
     shared: dict[tuple, tuple[Op, ...]] = {}
     ops, durations = [], []
-    for rank in range(ranks):
-        path = folder / f"trace.{rank}.et"
-        if not path.is_file():
-            raise TraceError(f"{folder}: trace.{rank}.et is missing ({ranks} ranks traced)")
-        found = _messages(path)
-        _header(found[:1], path)
-        mine, seconds = _ops(found[1:], path)
-        _check_groups(mine, rank, facts["groups"], path)
+    for path in paths:
+        _header(found[path][:1], path)
+        mine, seconds = _ops(found[path][1:], path)
         ops.append(shared.setdefault(mine, mine))  # (ranks of one program share its ops)
         durations.append(seconds)
-    if len(facts["static_memory"]) != ranks or len(facts["stage"]) not in (0, ranks):
-        raise TraceError(f"{first}: its metadata's static memory or stages are not one per rank")
+    check_steps(facts.get("steps") or [], [len(o) for o in ops], first)
+    try:
+        notes = restored(facts.get("notes") or {})
+    except (TypeError, ValueError) as error:
+        raise TraceError(f"{first}: its clustersim metadata's notes: {error}") from None
+    check_notes(notes, first)
     program = Program(tuple(ops), {d: tuple(tuple(g) for g in gs)
                                    for d, gs in facts["groups"].items()},
                       tuple(facts["static_memory"]), float(facts["model_flops"]),
-                      int(facts["tokens"]), tuple(facts["stage"]),
-                      dict(facts.get("notes") or {}),
+                      int(facts["tokens"]), tuple(facts["stage"]), notes,
                       tuple(tuple(_tuples(s) for s in r) for r in facts.get("steps") or ()))
-    return Trace(program, tuple(durations), facts)
+    return program, durations, paths
 
 
 def _tuples(value):
@@ -206,14 +244,6 @@ def _header(found: list[bytes], path: Path) -> None:
         raise TraceError(f"{path}: does not start with Chakra's metadata (a schema version)")
 
 
-def _check_groups(ops: tuple[Op, ...], rank: int, groups: Mapping, path: Path) -> None:
-    """Each call's group is a communicator that holds the rank."""
-    for n, op in enumerate(ops):
-        if op.kind is not OpKind.COMPUTE and not any(
-                rank in g for g in groups.get(op.group, ())):
-            raise TraceError(f"{path}: node {n}: no {op.group!r} communicator holds rank {rank}")
-
-
 def _facts(data: bytes, path: Path) -> dict | None:
     M = messages()
     try:
@@ -236,6 +266,9 @@ def _ops(nodes: list[bytes], path: Path) -> tuple[tuple[Op, ...], np.ndarray]:
         try:
             node = Node.FromString(data)
             op, duration = _op(node)
+        except KeyError as error:
+            raise TraceError(f"{path}: node {n}: has no {error.args[0]} attribute (clustersim "
+                             "writes it on every node)") from None
         except Exception as error:  # noqa: BLE001 - any malformed node: one line
             raise TraceError(f"{path}: node {n}: {type(error).__name__}: {error}") from None
         if node.id != n or any(d >= n for d in node.data_deps):
@@ -247,15 +280,34 @@ def _ops(nodes: list[bytes], path: Path) -> tuple[tuple[Op, ...], np.ndarray]:
 
 def _op(node) -> tuple[Op, float]:
     a = {x.name: getattr(x, x.WhichOneof("value")) for x in node.attr if x.WhichOneof("value")}
-    kind = OpKind(a["cs.kind"])
-    mem = tuple(zip(a["cs.mem_bytes"].values, a["cs.mem_category"].values, strict=True)) \
-        if "cs.mem_bytes" in a else ()
-    common = dict(kind=kind, name=node.name, stream=a["cs.stream"], phase=Phase(a["cs.phase"]),
-                  deps=tuple(node.data_deps), bytes=a["cs.bytes"], microbatch=a["cs.microbatch"],
-                  layer=a["cs.layer"], mem=mem)
+    kind = OpKind(_of(a, "cs.kind", str))
+    mem = tuple(zip(_of(a, "cs.mem_bytes", float, True), _of(a, "cs.mem_category", str, True),
+                    strict=True)) if "cs.mem_bytes" in a else ()
+    common = dict(kind=kind, name=node.name, stream=_of(a, "cs.stream", str),
+                  phase=Phase(_of(a, "cs.phase", str)), deps=tuple(node.data_deps),
+                  bytes=_of(a, "cs.bytes", float), microbatch=_of(a, "cs.microbatch", int),
+                  layer=_of(a, "cs.layer", int), mem=mem)
     if kind is OpKind.COMPUTE:
-        shape = tuple(a["cs.shape"].values) if "cs.shape" in a else None
-        kernel = KernelClass(a["cs.kernel"]) if "cs.kernel" in a else None
-        return Op(**common, kernel=kernel, flops=a["cs.flops"], shape=shape), a["cs.duration_s"]
-    collective = Collective(a["cs.collective"]) if kind is OpKind.COLLECTIVE else None
-    return Op(**common, collective=collective, group=a["cs.group"]), 0.0
+        shape = tuple(_of(a, "cs.shape", int, True)) if "cs.shape" in a else None
+        if shape is not None and not all(0 <= v < 2**48 for v in shape):
+            raise ValueError(f"its cs.shape {shape} must be sizes from 0 to 2**48")
+        kernel = KernelClass(_of(a, "cs.kernel", str)) if "cs.kernel" in a else None
+        return Op(**common, kernel=kernel, flops=_of(a, "cs.flops", float), shape=shape), \
+            _of(a, "cs.duration_s", float)
+    collective = Collective(_of(a, "cs.collective", str)) if kind is OpKind.COLLECTIVE else None
+    return Op(**common, collective=collective, group=_of(a, "cs.group", str)), 0.0
+
+
+KINDS = {str: (str,), int: (int,), float: (int, float)}
+
+
+def _of(a: Mapping, key: str, kind: type, listed: bool = False):
+    """Attribute ``key`` of a node (``a``: name to value), of ``kind`` (a list of
+    them if ``listed``); ValueError naming it otherwise (KeyError if absent)."""
+    value = a[key]
+    values = list(getattr(value, "values", ())) if listed else [value]
+    if (listed and not hasattr(value, "values")) or not all(
+            isinstance(v, KINDS[kind]) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"its {key} must be {'a list of ' if listed else ''}"
+                         f"{kind.__name__}, not {value!r:.60}")
+    return values if listed else kind(value)

@@ -6,7 +6,6 @@ tools around Chakra (several jobs: each training job's into ``DIR/NAME``);
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from simulator.cli import options
@@ -39,20 +38,22 @@ def run(args: argparse.Namespace) -> int:
     if scenario.job_section:  # each training job into a folder of its own
         return _jobs(scenario, out)
     setup = prepare(scenario, batch_compute=True)
-    sections = _sections(scenario.source, scenario.workload)
     files = write(setup.program, setup.durations, out,
-                  {"scenario": sections, "name": scenario.name, "notes": _notes(setup.program)})
+                  _facts(scenario.source, scenario.workload, scenario.name))
     _say(files, out, f"a scenario's workload: {{chakra: {out}}}")
     return 0
 
 
-def _sections(source: dict, workload) -> dict:
-    """The model, training and parallelism sections the traces came from."""
-    if workload is not None:  # re-exporting read traces: their own sections
-        return workload.sections()
+def _facts(source: dict, workload, name: str) -> dict:
+    """The traces' facts: the model, training and parallelism sections they came
+    from, their name; re-exporting read traces, their own sections and, for
+    another tool's, that those are a placeholder and the kernels unknown."""
+    if workload is not None:
+        lacking = {} if workload.trace.kernels else {"foreign": True}
+        return {"scenario": workload.sections(), "name": name, **lacking}
     from simulator.config.workload import SECTIONS
 
-    return {k: source[k] for k in SECTIONS if k in source}
+    return {"scenario": {k: source[k] for k in SECTIONS if k in source}, "name": name}
 
 
 def _jobs(scenario, out: Path) -> int:
@@ -63,6 +64,9 @@ def _jobs(scenario, out: Path) -> int:
     from simulator.runner.setup import durations_of
     from workloads.program import build_program
 
+    for job in scenario.job_section:  # (every folder checked before any is written)
+        if job.background is None:
+            options.inside(out, job.name, "--out", make=False)
     for job in scenario.job_section:
         if job.background is not None:
             print(f"{job.name}: background traffic, not a program: left in the scenario")
@@ -72,10 +76,12 @@ def _jobs(scenario, out: Path) -> int:
         model = ComputeModel.for_training(scenario.gpu, job.training,
                                           job.parallel.framework.value,
                                           scenario.machine.cluster.host_rates())
-        folder = options.output_dir(out / job.name, "--out")
-        files = write(program, durations_of(program, model, job.training.host_launch), folder,
-                      {"scenario": _sections(scenario.source["jobs"][job.name], job.workload),
-                       "name": job.name, "notes": _notes(program)})
+        recorded = job.workload is not None and job.workload.recorded
+        timed = job.workload.trace.durations.__getitem__ if recorded else durations_of(
+            program, model, job.training.host_launch)
+        folder = options.inside(out, job.name, "--out")
+        files = write(program, timed, folder,
+                      _facts(scenario.source["jobs"][job.name], job.workload, job.name))
         _say(files, folder, f"the job's workload: {{chakra: {folder}}}")
     return 0
 
@@ -84,15 +90,3 @@ def _say(files: list[Path], out: Path, how: str) -> None:
     size = sum(f.stat().st_size for f in files) / 2**20
     print(f"wrote {len(files)} Chakra traces ({size:.1f} MiB) and comm_groups.json to {out}; "
           f"simulate them with {how}")
-
-
-def _notes(program) -> dict:
-    """The program's notes that are plain values (its summary keys)."""
-    out = {}
-    for key, value in program.notes.items():
-        try:
-            json.dumps(value)
-        except TypeError:
-            continue
-        out[key] = value
-    return out

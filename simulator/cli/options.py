@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.base.units import UnitError, parse_time
+from simulator.base.user_files import file_name
 from simulator.collectives.nccl_tests import parse_ranks
 from simulator.config.scenario import ScenarioError
 from simulator.outputs.style import FORMATS
@@ -50,6 +51,17 @@ def output_dir(path: str | Path, option: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ScenarioError(f"{option}: the folder {path} is not writable")
     return path
+
+
+def inside(parent: Path, name: str, option: str, make: bool = True) -> Path:
+    """The folder for ``name`` inside ``parent`` (an ``output_dir``): one safe path
+    component (``user_files.file_name``), never a symbolic link (which could
+    lead out of ``parent``), made and writable (``make``; else only checked)."""
+    path = parent / file_name(name)
+    if path.is_symlink():
+        raise ScenarioError(f"{option}: {path} is a symbolic link; nothing is written "
+                            "through one (remove it or give another --out)")
+    return output_dir(path, option) if make else path
 
 
 @contextmanager

@@ -76,7 +76,7 @@ def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
         trace = read(user_path(spec.chakra, base_dir))
     except TraceError as error:
         raise ScenarioError(f"workload.chakra: {error}") from None
-    if trace.facts.get("foreign") and spec.durations == "model":
+    if not trace.kernels and spec.durations == "model":
         raise fail("workload.durations", "model", "needs the kernels' shapes, which traces "
                                                   "another tool wrote lack; give recorded")
     if trace.program.ranks != gpus:
