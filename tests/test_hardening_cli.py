@@ -176,3 +176,55 @@ def test_a_failed_single_run_leaves_no_empty_folder(tmp_path, capsys, monkeypatc
     existing.mkdir()
     assert main(["run", _scenario(tmp_path, "a"), "--out", str(existing)]) == code
     assert existing.is_dir()  # (a folder the user made is the user's)
+
+
+# -- item 17: low precision reported per job ---------------------------------------
+
+def _two_precisions(second: str = "fp8") -> dict:
+    gpt = {"model": {"preset": "gpt3-125m"},
+           "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1},
+           "parallelism": {"dp": 8}}
+    return {"name": "mixed", "cluster": {"preset": "dgx-h100", "nodes": 2},
+            "jobs": {"bf": {"nodes": 1, **gpt},
+                     "low": {"nodes": 1, **gpt,
+                             "training": {**gpt["training"], "precision": second}}}}
+
+
+def _summary_of(raw: dict) -> dict:
+    from simulator.config.scenario import from_dict
+    from simulator.runner.simulate import run
+
+    return run(from_dict(raw)).summary
+
+
+def test_jobs_of_two_precisions_each_report_their_own_low_precision():
+    from simulator.config.scenario import from_dict
+
+    summary = _summary_of(_two_precisions())
+    jobs = {job["name"]: job for job in summary["jobs"]}
+    assert "precision" not in summary and "mfu_lowp" not in summary  # (no mixed figure)
+    assert "precision" not in jobs["bf"] and "mfu_lowp" not in jobs["bf"]
+    low = jobs["low"]
+    assert low["precision"] == "fp8" and low["lowp_overhead_s"] >= 0
+    gpu = from_dict(_two_precisions()).gpu
+    fp8_peak, bf16_peak = gpu.peak("fp8"), gpu.peak("bf16")
+    assert low["mfu_lowp"] == pytest.approx(low["mfu"] * bf16_peak / fp8_peak)
+
+
+def test_each_jobs_line_says_its_own_low_precision():
+    from simulator.cli.run import _job_lines
+
+    summary = _summary_of(_two_precisions())
+    lines = _job_lines(summary)
+    low = next(line for line in lines if "low on nodes" in line)
+    bf = next(line for line in lines if "bf on nodes" in line)
+    assert "fp8: MFU" in low and "of its dense peak" in low
+    assert "fp8" not in bf
+
+
+def test_jobs_of_one_low_precision_keep_the_top_level_figure():
+    summary = _summary_of(_two_precisions("fp8") | {"jobs": {
+        name: {**job, "training": {**job["training"], "precision": "fp8"}}
+        for name, job in _two_precisions()["jobs"].items()}})
+    assert summary["precision"] == "fp8" and "mfu_lowp" in summary
+    assert all(job["precision"] == "fp8" for job in summary["jobs"])

@@ -26,7 +26,9 @@ ROWS: tuple[tuple[str, str], ...] = (
      'low precision only: the format; `model_tflops_per_gpu` / its dense peak (sources '
      "quote FP8 MFU either way: NVIDIA's and Megatron-Bridge's tables against BF16's peak, "
      "some papers against FP8's); the seconds the critical rank spends in casts "
-     "(quantizing operands and gradients), where the format's speed-up is lost"),
+     "(quantizing operands and gradients), where the format's speed-up is lost. With "
+     "`jobs:`, in each low-precision job's entry, and at the top level only where every "
+     "training job has the same precision"),
     ('`compute_s_by_kind`',
      "the critical rank's compute split into `gemm` (any precision), `attention`, `casts` "
      'and `other` (norms, activations, loss, optimizer)'),
@@ -108,7 +110,8 @@ ROWS: tuple[tuple[str, str], ...] = (
      "(its ranks in the run are consecutive from there); a training job's "
      '`iteration_time_s`, `alone_s` (the same job alone on the same nodes), `slowdown` '
      '(their ratio), `tokens_per_s`, `mfu`, `critical_rank`, `peak_memory_gib`, `oom`, '
-     '`critical_path` (as below, over its own ranks) and its notes (`micro_batches`, ...); '
+     '`critical_path` (as below, over its own ranks), its `precision`, `mfu_lowp` and '
+     '`lowp_overhead_s` at low precision, and its notes (`micro_batches`, ...); '
      "background traffic's `offered_gb_s`, `delivered_gb_s` (bytes delivered per stream "
      'over the time it ran), `messages`, `message_time_s` and `until_s`. The top-level '
      "keys are then those of the training jobs' GPUs together: the iteration time is the "

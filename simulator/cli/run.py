@@ -104,7 +104,9 @@ def _job_lines(summary: dict) -> list[str]:
         if job["kind"] == "training":
             text = (f"{job['name']} on nodes {nodes} ({job['gpus']} GPUs): "
                     f"{format_time(job['iteration_time_s'])}, x{job['slowdown']:.3f} its "
-                    f"{format_time(job['alone_s'])} alone, MFU {job['mfu']:.1%}")
+                    f"{format_time(job['alone_s'])} alone, MFU {job['mfu']:.1%}"
+                    + (f" ({job['precision']}: MFU {job['mfu_lowp']:.1%} of its dense peak)"
+                       if "precision" in job else ""))
             if several and "moe_routing" in job:  # (one training job's are the run's lines)
                 text += "; " + _moe_text(job)
         else:

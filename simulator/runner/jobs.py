@@ -183,8 +183,20 @@ def summaries(spans: pd.DataFrame, comms: pd.DataFrame, program: Program,
                     "tokens_per_s": s["tokens_per_s"], "mfu": s["mfu"],
                     "critical_rank": s["critical_rank"] + p.first,
                     "peak_memory_gib": s["peak_memory_gib"], "oom": s["oom"],
-                    "critical_path": s["critical_path"], **notes})
+                    "critical_path": s["critical_path"],
+                    **{k: s[k] for k in LOWP_KEYS if k in s}, **notes})
     return out
+
+
+LOWP_KEYS = ("precision", "mfu_lowp", "lowp_overhead_s")  # a low-precision job's own
+
+
+def shared_lowp(placed: Sequence[Placed], gpu) -> tuple[str, float] | None:
+    """The training jobs' low precision and its dense peak where they all have the
+    same one (the run's summary then gives it); else None: a figure mixing one
+    job's FLOPs with another's peak means nothing (each job's entry has its own)."""
+    found = {p.job.training.peaks(gpu)[1] for p in placed if p.job.background is None}
+    return found.pop() if len(found) == 1 else None
 
 
 def _background(comms: pd.DataFrame, p: Placed, groups) -> dict:

@@ -225,7 +225,7 @@ def _summary(setup: Setup, result, spans: pd.DataFrame, trained: pd.DataFrame,
     (several jobs) and blame's causes."""
     scenario, program, placed, gpu = setup.scenario, setup.program, setup.placed, setup.scenario.gpu
     ranks = result.ranks
-    peak, lowp = scenario.training.peaks(gpu)
+    peak, lowp = scenario.training.peaks(gpu)[0], jobs.shared_lowp(placed, gpu)
     summary = summarize(trained, jobs.summary_program(program, placed),
                         result.memory_events, peak, gpu.memory_bytes,
                         [r for r in ranks if r < setup.computing], path,
