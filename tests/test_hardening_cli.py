@@ -228,3 +228,43 @@ def test_jobs_of_one_low_precision_keep_the_top_level_figure():
         for name, job in _two_precisions()["jobs"].items()}})
     assert summary["precision"] == "fp8" and "mfu_lowp" in summary
     assert all(job["precision"] == "fp8" for job in summary["jobs"])
+
+
+# -- item 18: --no-trace gives its real reason ---------------------------------------
+
+def test_no_trace_says_it_was_asked_for_not_that_the_run_is_large(tmp_path, capsys):
+    from simulator.cli import main
+
+    out = tmp_path / "r"
+    assert main(["run", _scenario(tmp_path, "a"), "--out", str(out), "--no-trace"]) == 0
+    line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("outputs"))
+    assert not (out / "trace.json").exists()
+    assert "this large" not in line and "--no-trace" in line, line
+    assert f"clustersim trace {out}" in line
+
+
+# -- item 18: a job's traces against the job's GPUs, not the cluster's ---------------
+
+def test_a_jobs_traces_of_the_wrong_size_name_the_jobs_gpus_and_the_clusters(tmp_path,
+                                                                             capsys):
+    import yaml
+
+    from simulator.cli import main
+    from simulator.config.scenario import from_dict
+
+    traces = tmp_path / "traces"
+    assert main(["export-chakra", _scenario(tmp_path, "a"), "--out", str(traces)]) == 0
+    capsys.readouterr()
+    raw = {"name": "j", "cluster": {"preset": "dgx-a100", "nodes": 3},
+           "jobs": {"t": {"nodes": 2, "workload": {"chakra": str(traces)}}}}
+    with pytest.raises(ScenarioError) as caught:
+        from_dict(yaml.safe_load(yaml.safe_dump(raw)))
+    message = str(caught.value)
+    assert "holds 8 ranks' traces" in message and "the cluster has 16" not in message
+    assert "the job has 16 GPUs (2 of the cluster's 3 nodes, 24 GPUs)" in message, message
+    plain = {**TINY, "name": "p", "cluster": {"preset": "dgx-a100", "nodes": 2},
+             "workload": {"chakra": str(traces)}}
+    for key in ("model", "training", "parallelism"):
+        plain.pop(key)
+    with pytest.raises(ScenarioError, match="holds 8 ranks' traces; the cluster has 16 GPUs"):
+        from_dict(plain)

@@ -42,7 +42,10 @@ def add_parser(sub) -> None:
                      help="override a scenario key (repeatable)")
 
 
-def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> str:
+def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
+           asked: bool = False) -> str:
+    """The summary for a person (``traced``: whether trace.json was written;
+    ``asked``: left out because --no-trace said so)."""
     mem = summary["memory_gib"]
     lines = [
         f"iteration time   {format_time(summary['iteration_time_s'])}",
@@ -87,10 +90,18 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True) -> s
         + (f" over {summary['job_runs']} runs (each training job alone, then all together)"
            if summary.get("job_runs", 1) > 1 else "") + "; "
         f"whole command with its outputs {command_s:.2f} s",
-        f"outputs          {out}/" + ("" if traced else " (no trace.json for a run this large: "
-                                           f"clustersim trace {out} --ranks 0-7, or --trace)"),
+        f"outputs          {out}/" + _untraced(out, traced, asked),
     ]
     return "\n".join(lines)
+
+
+def _untraced(out: Path, traced: bool, asked: bool) -> str:
+    """Why trace.json is missing, and how to write it, where it is."""
+    if traced:
+        return ""
+    if asked:
+        return f" (no trace.json, as --no-trace asked: clustersim trace {out} --ranks 0-7)"
+    return f" (no trace.json for a run this large: clustersim trace {out} --ranks 0-7, or --trace)"
 
 
 def _job_lines(summary: dict) -> list[str]:
@@ -270,4 +281,5 @@ def _print(args, summary: dict, out: Path, started: float, traced: bool) -> None
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(_human(summary, out, time.perf_counter() - started, traced))
+        print(_human(summary, out, time.perf_counter() - started, traced,
+                     asked=args.trace is False))

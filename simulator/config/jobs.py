@@ -156,7 +156,10 @@ def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: 
         if key not in allowed:
             raise fail(key, body[key], "is not a key of a training job (nodes, placement, kind, "
                                        "model, training, parallelism, or workload)")
-    workload, body = traced(body, per_node * len(nodes), base_dir)  # (Chakra traces)
+    gpus = per_node * len(nodes)
+    workload, body = traced(body, gpus, base_dir, whose=(  # (Chakra traces)
+        f"the job has {gpus} GPUs ({len(nodes)} of the cluster's {machine.nodes} nodes, "
+        f"{machine.gpus} GPUs)"))
     training = training_from(body.get("training"), machine.gpu)
     model = model_from(body.get("model"), base_dir)
     parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node,

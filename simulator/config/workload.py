@@ -54,23 +54,27 @@ class Workload:
 SECTIONS = ("model", "training", "parallelism")  # what a workload's traces replace
 
 
-def traced(body: dict[str, Any], gpus: int, base_dir: Path | None, also: tuple[str, ...] = ()
-           ) -> tuple[Workload | None, dict[str, Any]]:
+def traced(body: dict[str, Any], gpus: int, base_dir: Path | None, also: tuple[str, ...] = (),
+           whose: str | None = None) -> tuple[Workload | None, dict[str, Any]]:
     """(the ``workload`` of ``body``, a scenario or a training job, or None; the body
     with its traces' model, training and parallelism sections), refusing any of
-    those sections, or of ``also``, given beside it."""
+    those sections, or of ``also``, given beside it. ``whose``: who has the
+    ``gpus``, in words (``workload_from``)."""
     if body.get("workload") is None:
         return None, body
     given = [k for k in (*SECTIONS, *also) if body.get(k) is not None]
     if given:
         raise fail(given[0], body[given[0]], "cannot be given beside workload: the traces hold "
                                              "the program and the sections they were made from")
-    workload = workload_from(body["workload"], gpus, base_dir)
+    workload = workload_from(body["workload"], gpus, base_dir, whose)
     return workload, {**body, **workload.sections()}
 
 
-def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
-    """Check a ``workload:`` section and read its traces (one line on any error)."""
+def workload_from(raw: object, gpus: int, base_dir: Path | None,
+                  whose: str | None = None) -> Workload:
+    """Check a ``workload:`` section and read its traces, one for each of the
+    ``gpus`` (``whose``, in words: the cluster's by default, or a job's); one
+    line on any error."""
     spec = WorkloadSpec(**section("workload", raw, schema_of(WorkloadSpec)))
     try:
         trace = read(user_path(spec.chakra, base_dir))
@@ -81,7 +85,7 @@ def workload_from(raw: object, gpus: int, base_dir: Path | None) -> Workload:
                                                   "another tool wrote lack; give recorded")
     if trace.program.ranks != gpus:
         raise fail("workload.chakra", spec.chakra, f"holds {trace.program.ranks} ranks' traces; "
-                                                   f"the cluster has {gpus} GPUs")
+                                                   f"{whose or f'the cluster has {gpus} GPUs'}")
     for key in SECTIONS:
         if not isinstance((trace.facts.get("scenario") or {}).get(key), dict):
             raise fail("workload.chakra", spec.chakra, f"gives no {key} section in its metadata")
