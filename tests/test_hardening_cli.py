@@ -268,3 +268,20 @@ def test_a_jobs_traces_of_the_wrong_size_name_the_jobs_gpus_and_the_clusters(tmp
         plain.pop(key)
     with pytest.raises(ScenarioError, match="holds 8 ranks' traces; the cluster has 16 GPUs"):
         from_dict(plain)
+
+
+# -- item 18: completion offers collective --op's names ----------------------------
+
+def test_completion_offers_the_collectives_for_op(capsys):
+    from simulator.base.ir import Collective
+    from simulator.cli import _parser, main
+    from simulator.cli.completion import commands
+
+    names = [c.value for c in Collective]
+    assert commands(_parser())["collective"]["--op"] == names
+    scripts = {}
+    for shell in ("bash", "fish"):
+        assert main(["completion", shell]) == 0
+        scripts[shell] = capsys.readouterr().out
+    assert f'collective:--op) COMPREPLY=( $(compgen -W "{" ".join(names)}"' in scripts["bash"]
+    assert f'-l op -x -a "{" ".join(names)}"' in scripts["fish"]

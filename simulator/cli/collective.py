@@ -22,9 +22,10 @@ def add_parser(sub) -> None:
     tool.add_argument("--cluster", required=True, help="cluster preset (clustersim presets)")
     tool.add_argument("--nodes", type=int, default=1, help="servers (default 1)")
     names = [c.value for c in Collective]
-    tool.add_argument("--op", default="all_reduce", type=_op_name, metavar="{" + ",".join(
+    op = tool.add_argument("--op", default="all_reduce", type=_op_name, metavar="{" + ",".join(
         names) + "}", help="the collective; nccl-tests' names (allreduce, alltoall, "
         "sendrecv, ...) are accepted too")
+    op.completions = names  # (not choices, which would refuse nccl-tests' spellings)
     tool.add_argument("--min-bytes", "-b", default="32M", help="smallest size, e.g. 8, 1M")
     tool.add_argument("--max-bytes", "-e", default="8G", help="largest size, e.g. 8G")
     tool.add_argument("--factor", "-f", type=float, default=2.0, help="size multiplier")

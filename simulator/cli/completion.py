@@ -43,7 +43,9 @@ def subcommands(parser: argparse.ArgumentParser
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    return {flag: [str(c) for c in action.choices or ()]
+    """{option: the values to offer}: its ``choices``, or the ``completions`` an
+    option sets that takes more spellings than it lists (``collective --op``)."""
+    return {flag: [str(c) for c in getattr(action, "completions", None) or action.choices or ()]
             for action in parser._actions for flag in action.option_strings}
 
 
