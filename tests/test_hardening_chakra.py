@@ -428,7 +428,11 @@ FUZZ_VALUES = [None, -1, 0, 2**62, 1.5, math.nan, math.inf, "x", [], {}, [[0, 9]
 def _damage(folder: Path, how: str, pick: int, attr: str, value) -> None:
     files = sorted(folder.glob("*.et"))
     path = files[pick % len(files)]
-    frames = _frames(path)
+    try:
+        frames = _frames(path)
+        [messages()["Node"].FromString(f) for f in frames[1:2]]
+    except Exception:  # noqa: BLE001 - already damaged past editing
+        return
     k = 1 + pick % max(1, len(frames) - 1)
     if how == "truncate":
         path.write_bytes(path.read_bytes()[: pick % max(1, path.stat().st_size)])
@@ -445,6 +449,8 @@ _CLUSTERSIM = b"clustersim"
 
 
 def _meta_edit(facts: dict, key: str, value) -> object:
+    if not isinstance(facts, dict):
+        return facts
     if value is None:
         facts.pop(key, None)
     else:

@@ -211,8 +211,9 @@ def _numbers(ops, seconds: np.ndarray, path: Path, ids: Sequence[int]) -> None:
                                ("FLOPs", flops, MAX_FLOPS)):
         bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0) & (values <= high)))
         if len(bad):
-            raise TraceError(f"{path}: node {ids[bad[0]]}: its {name} {float(values[bad[0]]):g} must "
-                             f"be a finite number from 0 to {high:g}")
+            k = bad[0]
+            raise TraceError(f"{path}: node {ids[k]}: its {name} {float(values[k]):g} must be "
+                             f"a finite number from 0 to {high:g}")
     fast = np.flatnonzero(flops > MAX_FLOP_RATE * np.maximum(seconds, 1e-6))
     if len(fast):
         k = fast[0]
