@@ -285,3 +285,55 @@ def test_completion_offers_the_collectives_for_op(capsys):
         scripts[shell] = capsys.readouterr().out
     assert f'collective:--op) COMPREPLY=( $(compgen -W "{" ".join(names)}"' in scripts["bash"]
     assert f'-l op -x -a "{" ".join(names)}"' in scripts["fish"]
+
+
+# -- item 18: YAML 1.1's booleans in a string field ---------------------------------
+
+@pytest.mark.parametrize(("section", "key", "word"), [
+    ("", "name", "off"), ("", "name", "yes"), ("training", "recompute", "off"),
+    ("simulation", "symmetry", "on")])
+def test_a_yaml_boolean_in_a_string_field_says_to_quote_it(tmp_path, capsys, section, key,
+                                                           word):
+    import copy
+
+    import yaml
+
+    from simulator.cli import main  # noqa: F401 - (through _error)
+
+    raw = copy.deepcopy({"name": "x", **TINY})
+    (raw.setdefault(section, {}) if section else raw)[key] = "WORD"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw).replace("WORD", word))
+    err = _error(capsys, ["run", str(path), "--out", str(tmp_path / "r")])
+    dotted = f"{section}.{key}".lstrip(".")
+    assert err.startswith(f"error: {dotted}: "), err
+    example = "on" if word in ("on", "yes") else "off"
+    assert "YAML 1.1" in err and f'{key}: "{example}"' in err, err
+
+
+def _string_checks():
+    """Every scenario key whose check takes text (a string or one of some words)."""
+    from simulator.base.fields import allowed_by, schema_of
+    from simulator.config import cluster, model, scenario, simulation, training
+    from simulator.config.network import NetworkSettings
+
+    schemas = {"": scenario.TOP_LEVEL, "cluster": cluster.SCHEMA,
+               "training": training.TRAINING_SCHEMA, "parallelism": training.PARALLEL_SCHEMA,
+               "network": schema_of(NetworkSettings),
+               "simulation": schema_of(simulation.SimulationSpec),
+               "model": model.SCHEMA}
+    for section, schema in schemas.items():
+        for key, (check, _) in schema.items():
+            said = allowed_by(check)
+            if said == "text" or (said.startswith("one of: ") and any(
+                    c.isalpha() for c in said.split(": ", 1)[1].split(", ")[0])):
+                yield f"{section}.{key}".lstrip("."), check
+
+
+@pytest.mark.parametrize(("path", "check"), [pytest.param(p, c, id=p) for p, c in
+                                            _string_checks()])
+def test_every_string_field_says_a_boolean_was_a_yaml_word(path, check):
+    for value, example in ((False, '"off"'), (True, '"on"')):
+        with pytest.raises(ScenarioError) as caught:
+            check(path, value)
+        assert "YAML 1.1" in str(caught.value) and example in str(caught.value), caught.value

@@ -75,16 +75,34 @@ def boolean(path: str, value: object) -> bool:
 def text(path: str, value: object) -> str:
     """text"""
     if not isinstance(value, str) or not value:
-        raise fail(path, value, "must be a non-empty string")
+        raise fail(path, value, "must be a non-empty string" + yaml_word(path, value))
     return value
+
+
+def yaml_word(path: str, value: object) -> str:
+    """Where text was wanted and a boolean came, why: YAML 1.1 reads the words
+    on/off, yes/no, true/false unquoted as booleans (``name: off`` is False);
+    else nothing.
+
+    >>> yaml_word("name", False)
+    '; YAML 1.1 reads off, no and false unquoted as false: quote the word, e.g. name: "off"'
+    """
+    if not isinstance(value, bool):
+        return ""
+    words, example = ("on, yes and true", "on") if value else ("off, no and false", "off")
+    key = path.rsplit(".", 1)[-1]
+    return (f"; YAML 1.1 reads {words} unquoted as {str(value).lower()}: quote the word, "
+            f'e.g. {key}: "{example}"')
 
 
 def choice(options: Iterable[Any]) -> Check:
     names = list(options)
+    words = any(isinstance(n, str) for n in names)
 
     def parse(path: str, value: object) -> Any:
         if isinstance(value, bool) or value not in names:
-            raise fail(path, value, f"is not one of: {', '.join(map(str, names))}")
+            raise fail(path, value, f"is not one of: {', '.join(map(str, names))}"
+                       + (yaml_word(path, value) if words else ""))
         return value
     return says(parse, f"one of: {', '.join(map(str, names))}")
 
