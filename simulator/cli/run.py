@@ -51,7 +51,7 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
         f"iteration time   {format_time(summary['iteration_time_s'])}",
         f"throughput       {summary['tokens_per_s']:,.0f} tokens/s, "
         f"{summary['model_tflops_per_gpu']:.1f} model TFLOP/s per GPU, "
-        f"MFU {summary['mfu']:.1%} on {summary['gpus']} GPUs",
+        f"MFU {summary['mfu']:.1%} on {summary['gpus']} GPU{'s' * (summary['gpus'] != 1)}",
         *([f"precision        {summary['precision']}: MFU {summary['mfu_lowp']:.1%} of its "
            f"dense peak ({summary['mfu']:.1%} of BF16's); casts "
            f"{format_time(summary['lowp_overhead_s'])} on the last rank"]
