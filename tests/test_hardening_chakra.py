@@ -502,3 +502,13 @@ def test_fuzzed_exports_end_in_a_result_or_one_line(tmp_path, capsys, edits):
 def test_fuzzed_foreign_traces_end_in_a_result_or_one_line(tmp_path, capsys, edits):
     shutil.rmtree(tmp_path / "f", ignore_errors=True)
     _fuzz_run(tmp_path, capsys, _foreign(tmp_path), edits)
+
+
+def test_ranks_whose_calls_do_not_match_are_refused_at_load(tmp_path, capsys):
+    """(Found by the fuzz: a rank's trace cut after its metadata deadlocked the run.)"""
+    traces = _foreign(tmp_path)
+    _save(traces / "workload.0.et", _frames(traces / "workload.0.et")[:2])
+    _refused(tmp_path, capsys, traces, r"workload\.\d\.et: node 11: call 0 of communicator "
+                                       r"'pg\.1' .*: rank 1 makes all_reduce of .* B, "
+                                       "rank 0 none; they would wait for each other",
+             durations="recorded")

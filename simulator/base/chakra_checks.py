@@ -168,9 +168,49 @@ def check_program(program: Program, durations: Sequence[np.ndarray], paths: Sequ
         for i, op in enumerate(ops):
             if op.kind is not OpKind.COMPUTE:
                 _communication(program, index, rank, op, f"{paths[rank]}: node {ids[rank][i]}")
+    for rank, ops in enumerate(program.ops):
         if (id(ops), id(durations[rank])) not in checked:
             _numbers(ops, durations[rank], paths[rank], ids[rank])
             checked.add((id(ops), id(durations[rank])))
+    _matched(program, index, paths, ids)
+
+
+def _matched(program: Program, index: Mapping, paths: Sequence[Path], ids: Sequence) -> None:
+    """The ranks of a communicator make the same calls (collective and size, in
+    order), and a pair's sender sends what its receiver receives, or they would
+    wait for each other forever."""
+    seqs: dict[int, dict[str, list]] = {}
+    for ops in program.ops:
+        if id(ops) not in seqs:
+            seq = seqs[id(ops)] = {}
+            for i, op in enumerate(ops):
+                if op.kind is not OpKind.COMPUTE:
+                    seq.setdefault(op.group, []).append(
+                        (op.collective.value if op.collective else "message", op.bytes, i))
+    for dim, groups in program.groups.items():
+        for group in groups:
+            lead = group[0]
+            theirs = seqs[id(program.ops[lead])].get(dim, [])
+            for rank in group[1:]:
+                mine = seqs[id(program.ops[rank])].get(dim, [])
+                if mine is not theirs and [c[:2] for c in mine] != [c[:2] for c in theirs]:
+                    _unmatched(dim, group, (rank, mine), (lead, theirs), paths, ids)
+
+
+def _unmatched(dim: str, group, mine: tuple, theirs: tuple, paths, ids) -> None:
+    (rank, a), (lead, b) = mine, theirs
+    k = next(k for k in range(max(len(a), len(b)))
+             if k >= len(a) or k >= len(b) or a[k][:2] != b[k][:2])
+    r, calls = (rank, a) if k < len(a) else (lead, b)
+    raise TraceError(f"{paths[r]}: node {ids[r][calls[k][2]]}: call {k} of communicator "
+                     f"{dim!r} {tuple(group)}: rank {rank} makes "
+                     f"{_call(a[k] if k < len(a) else None)}, rank {lead} "
+                     f"{_call(b[k] if k < len(b) else None)}; they would wait for each other "
+                     "forever")
+
+
+def _call(call) -> str:
+    return "none" if call is None else f"{call[0]} of {call[1]:g} B"
 
 
 def _communication(program: Program, index: Mapping, rank: int, op, where: str) -> None:
