@@ -174,3 +174,91 @@ def test_the_kinds_declare_every_key_one_kind_alone_takes():
     keys = [key for kind in KINDS for key in kind.keys]
     assert len(keys) == len(set(keys)) and set(keys) <= set(schema_of(ModelSpec))
     assert {"kv_lora_rank", "head_size", "top_k", "sliding_window_pattern"} <= set(keys)
+
+
+# -- item 12: a Hugging Face config through the checks inline keys have --------------
+
+SMALL_HF = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
+            "vocab_size": 1024, "hidden_act": "silu", "tie_word_embeddings": False}
+SMALL_MOE = {**SMALL_HF, "n_routed_experts": 8, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 128}
+
+
+def _run_hf(tmp_path, config: dict, *sets: str) -> int:
+    args = ["run", QUICKSTART, "--set", "model.preset=null", "--set",
+            f"model.hf_config={_hf(tmp_path, config)}", "--set", "cluster.nodes=1",
+            "--set", "cluster.gpus_per_node=1", "--set", "parallelism.dp=1",
+            "--set", "training.global_batch=1", "--set", "training.seq_len=128",
+            "--set", "cluster.compute_jitter=0", "--json", "--out", str(tmp_path / "r")]
+    for assignment in sets:
+        args += ["--set", assignment]
+    return main(args)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**SMALL_MOE, "n_routed_experts": 100_000},
+     "n_routed_experts: 100000 must be an integer from 0 to 65,536"),
+    ({**SMALL_MOE, "n_routed_experts": 10**9}, "n_routed_experts: 1000000000 must be an integer"),
+    ({**SMALL_MOE, "num_local_experts": 4},
+     "num_local_experts: 4 and n_routed_experts: 8 disagree; give one"),
+    ({**SMALL_HF, "num_nextn_predict_layers": False},
+     "num_nextn_predict_layers: False must be an integer >= 0"),
+    ({**SMALL_MOE, "first_k_dense_replace": False},
+     "first_k_dense_replace: False must be a non-negative integer"),
+    ({**SMALL_HF, "num_hidden_layers": 2, "n_layer": 3},
+     "num_hidden_layers: 2 and n_layer: 3 disagree; give one"),
+    ({**SMALL_HF, "use_sliding_window": "no", "sliding_window": 64},
+     "use_sliding_window: 'no' must be true or false"),
+    ({**SMALL_HF, "model_type": ["gemma"]}, "model_type: ['gemma'] must be a string"),
+])
+def test_a_hf_config_is_checked_as_inline_keys_are(tmp_path, capsys, config, message):
+    err = one_error(capsys, _run_hf(tmp_path, config))
+    assert err.startswith("error: model.hf_config: ") and message in err, err
+
+
+def test_no_shared_experts_is_zero_shared_experts(tmp_path, capsys):
+    from workloads.hf_config import model_from_hf
+    model = model_from_hf(_hf(tmp_path, {**SMALL_MOE, "n_shared_experts": 0}))
+    assert model.experts == 8 and model.shared_experts == 0
+    assert _run_hf(tmp_path, {**SMALL_MOE, "n_shared_experts": 0}) == 0, capsys.readouterr().err
+
+
+GEMMA_2B = {  # google/gemma-2b's config.json
+    "architectures": ["GemmaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 2, "eos_token_id": 1, "head_dim": 256, "hidden_act": "gelu",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 16384, "max_position_embeddings": 8192,
+    "model_type": "gemma", "num_attention_heads": 8, "num_hidden_layers": 18,
+    "num_key_value_heads": 1, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": None,
+    "rope_theta": 10000.0, "torch_dtype": "bfloat16", "transformers_version": "4.38.0.dev0",
+    "use_cache": True, "vocab_size": 256000}
+GEMMA_7B = {**GEMMA_2B, "hidden_size": 3072, "num_attention_heads": 16,
+            "num_hidden_layers": 28, "num_key_value_heads": 16, "intermediate_size": 24576}
+
+
+@pytest.mark.parametrize(("config", "published"), [
+    (GEMMA_2B, 2.51e9),  # Gemma Team 2024 (arXiv 2403.08295), Table 2: 2.51 B with embeddings
+    (GEMMA_7B, 8.54e9),  # ... 8.54 B
+    ({**GEMMA_2B, "hidden_act": "gelu_pytorch_tanh"}, 2.51e9),
+    ({**{k: v for k, v in GEMMA_2B.items() if k != "hidden_activation"}}, 2.51e9),
+])
+def test_gemma_configs_read_a_gated_gelu_mlp(tmp_path, config, published):
+    from workloads import kernels as K
+    from workloads.hf_config import model_from_hf
+    from workloads.models import Mlp
+    model = model_from_hf(_hf(tmp_path, config))
+    assert model.mlp is Mlp.GEGLU and model.tied_embeddings and not model.bias
+    assert K.parameter_count(model, 2048) == pytest.approx(published, rel=0.005)
+
+
+def test_a_gated_gelu_has_the_shapes_of_a_swiglu():
+    from dataclasses import replace
+
+    from workloads import kernels as K
+    from workloads.models import MODELS, Mlp
+    llama = MODELS["llama2-7b"]
+    geglu = replace(llama, mlp=Mlp.GEGLU)
+    assert [(k.name, k.flops, k.bytes, k.params) for k in K.layer_kernels(geglu, 1, 512)] == \
+        [(k.name, k.flops, k.bytes, k.params) for k in K.layer_kernels(llama, 1, 512)]
+    assert from_dict(scenario(mlp="geglu")).model.mlp is Mlp.GEGLU

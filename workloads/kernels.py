@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.base.ir import ATTENTIONS, KernelClass
-from workloads.models import Mlp, ModelSpec
+from workloads.models import ModelSpec
 from workloads.precision import BF16_BYTES, FP32_BYTES, LowPrecision
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T
@@ -149,7 +149,7 @@ def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel
     t, h, f, e, tp = sh.tokens, model.hidden, model.ffn_hidden, sh.dtype_bytes, sh.tp
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
     norm_params = 2 * h if model.bias else h
-    up = 2 * f if model.mlp is Mlp.SWIGLU else f
+    up = 2 * f if model.mlp.gated else f
     norm = t * h / sh.norm_split
     qkv = mla_kernels(model, sh) if model.mla else linear(
         "qkv", t, qkv_out // tp, h, sh, model.bias, norm_fed=True)
@@ -211,7 +211,7 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
     its etp group (gathered): etp x the copies on 1/etp of the width."""
     h, e, k = model.hidden, sh.dtype_bytes, model.top_k
     f = model.expert_ffn // etp
-    up = 2 * f if model.mlp is Mlp.SWIGLU else f
+    up = 2 * f if model.mlp.gated else f
     local = model.experts // ep
     n = sh.tokens // sh.norm_split  # tokens this rank routes
     own = n * k  # copies of its own tokens (permuted, sent, received back)
@@ -219,7 +219,7 @@ def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[
     out: list[Kernel] = []
     if model.shared_experts:
         fs = model.shared_experts * model.expert_ffn  # tensor-parallel, not expert-
-        ups = 2 * fs if model.mlp is Mlp.SWIGLU else fs
+        ups = 2 * fs if model.mlp.gated else fs
         t, tp = sh.tokens, sh.tp
         out += [*linear("shared_fc1", t, ups // tp, h, sh, model.bias, norm_fed=True),
                 elementwise("shared_act", t * ups / tp, t * fs / tp, e),

@@ -24,6 +24,12 @@ from simulator.base.fields import boolean, choice, integer, member, number, sett
 class Mlp(Enum):
     GELU = "gelu"  # two matrices h->f->h, with biases (GPT)
     SWIGLU = "swiglu"  # gate and up h->f, down f->h, no biases (Llama)
+    GEGLU = "geglu"  # SwiGLU's shapes with a GELU gate (Gemma)
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate beside the up-projection doubles its width (SwiGLU, GeGLU)."""
+        return self is not Mlp.GELU
 
 
 MAX_EXPERTS = 65_536
@@ -41,7 +47,7 @@ class ModelSpec:
     kv_heads: int = setting(integer(1))  # key/value heads (fewer: grouped-query attention)
     ffn_hidden: int = setting(integer(1))  # the MLP's inner width
     vocab: int = setting(integer(1))  # vocabulary size (padded to a multiple of 128 x tp)
-    mlp: Mlp = setting(member(Mlp), Mlp.GELU)  # the MLP: gelu (GPT) or swiglu (Llama)
+    mlp: Mlp = setting(member(Mlp), Mlp.GELU)  # the MLP: gelu (GPT), swiglu (Llama), geglu (Gemma)
     tied_embeddings: bool = setting(boolean, True)  # output layer shares the embedding
     learned_positions: bool = True  # GPT: learned position table; Llama: rotary
     # Mixture of experts (Megatron-Core's MoE layer; 0 experts: a dense model)

@@ -16,7 +16,6 @@ from workloads.memory import (
     communication_buffer_bytes,
     model_state_bytes,
 )
-from workloads.models import Mlp
 from workloads.stage import Context
 from workloads.strategies import expert
 
@@ -93,7 +92,7 @@ def freed(ctx: Context, mlp: float | None) -> float:
         out += sh.tokens // sh.norm_split * m.top_k * q * m.expert_ffn
     if "shared_experts" in modules and m.shared_experts:
         fs = m.shared_experts * m.expert_ffn
-        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
+        ups = 2 * fs if m.mlp.gated else fs
         out += sh.tokens * (sh.dtype_bytes * ups + q * fs) / sh.tp
     return out
 
@@ -122,7 +121,7 @@ def moe_mlp_bytes(ctx: Context) -> float:
     mask aside), the router's fp32 probabilities, and the shared experts' MLP."""
     m, sh, etp = ctx.model, ctx.shard, ctx.parallel.etp
     f = m.expert_ffn
-    up = 2 * f if m.mlp is Mlp.SWIGLU else f
+    up = 2 * f if m.mlp.gated else f
     routed = sh.tokens // sh.norm_split * m.top_k
     e, q = sh.dtype_bytes, linear_input_bytes(sh)  # the GEMMs' inputs at q bytes
     # with expert tensor parallelism: the gathered inputs of etp ranks, 1/etp of the widths
@@ -130,7 +129,7 @@ def moe_mlp_bytes(ctx: Context) -> float:
         // sh.norm_split * m.experts
     if m.shared_experts:
         fs = m.shared_experts * f
-        ups = 2 * fs if m.mlp is Mlp.SWIGLU else fs
+        ups = 2 * fs if m.mlp.gated else fs
         out += sh.tokens * (q * m.hidden / sh.norm_split + (e * ups + q * fs) / sh.tp)
     return out
 
