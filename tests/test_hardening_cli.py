@@ -337,3 +337,42 @@ def test_every_string_field_says_a_boolean_was_a_yaml_word(path, check):
         with pytest.raises(ScenarioError) as caught:
             check(path, value)
         assert "YAML 1.1" in str(caught.value) and example in str(caught.value), caught.value
+
+
+# -- fuzz: init's flags at random never crash ---------------------------------------
+
+INIT_FLAGS = ("--tp", "--pp", "--cp", "--ep", "--zero", "--nodes", "--seq-len", "--micro-batch",
+              "--global-batch")
+
+
+def _fuzz_init():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from tests.test_hardening import FUZZ
+
+    flags = st.dictionaries(st.sampled_from(INIT_FLAGS), st.integers(-2, 9) | st.sampled_from(
+        [2**31, 10**12]), max_size=4)
+    precision = st.sampled_from(["bf16", "fp32", "fp8", "nvfp4", "x"])
+
+    @FUZZ
+    @given(flags=flags, precision=precision)
+    def check(tmp_path, capsys, flags, precision):
+        from simulator.cli import main
+
+        path = tmp_path / "fuzz.yaml"
+        argv = ["init", str(path), "--force", "--precision", precision,
+                *[part for flag, value in flags.items() for part in (flag, str(value))]]
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code in (0, 2) and "Traceback" not in err, (argv, err)
+        if code == 2:
+            assert err.count("\n") == 1 and err.startswith("error: "), err
+            bad = [f for f, v in flags.items() if v < (0 if f == "--zero" else 1)]
+            assert not bad or err.startswith(f"error: {bad[0]}") or any(
+                err.startswith(f"error: {f}") for f in bad), (argv, err)
+    return check
+
+
+def test_init_never_crashes_on_any_flags(tmp_path, capsys):
+    _fuzz_init()(tmp_path, capsys)
