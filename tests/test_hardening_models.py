@@ -11,13 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator import run
 from simulator.base.fields import ScenarioError
 from simulator.cli import main
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import from_dict
-from tests.test_hardening import one_error
+from tests.test_hardening import _DELETE, FUZZ, VALUES, _bounded, _without_notes, one_error
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "scripts/scenarios/quickstart.yaml")
@@ -90,7 +92,7 @@ def test_a_window_on_the_quick_start_runs(tmp_path, capsys):
 def _fp8(preset: str = "dgx-h100", **training) -> dict:
     raw = copy.deepcopy(DENSE)
     raw["cluster"]["preset"] = preset
-    raw["training"].update(precision="fp8", fp8_attention=True, **training)
+    raw["training"].update({"precision": "fp8", "fp8_attention": True, **training})
     return raw
 
 
@@ -262,3 +264,83 @@ def test_a_gated_gelu_has_the_shapes_of_a_swiglu():
     assert [(k.name, k.flops, k.bytes, k.params) for k in K.layer_kernels(geglu, 1, 512)] == \
         [(k.name, k.flops, k.bytes, k.params) for k in K.layer_kernels(llama, 1, 512)]
     assert from_dict(scenario(mlp="geglu")).model.mlp is Mlp.GEGLU
+
+
+HF_KEYS = ["num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model",
+           "num_attention_heads", "n_head", "vocab_size", "num_key_value_heads",
+           "intermediate_size", "n_inner", "hidden_act", "hidden_activation",
+           "activation_function", "tie_word_embeddings", "model_type", "_name_or_path",
+           "num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
+           "n_shared_experts", "shared_expert_intermediate_size", "num_experts_per_tok",
+           "moe_layer_freq", "decoder_sparse_step", "first_k_dense_replace", "scoring_func",
+           "head_dim", "sliding_window", "use_sliding_window", "layer_types",
+           "sliding_window_pattern", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+           "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers"]
+HF_VALUES = st.one_of(
+    VALUES, st.sampled_from(["gelu_pytorch_tanh", "silu", "gelu", "gemma", "gemma2", "llama",
+                             "sigmoid", "softmax", "deepseek_v3", "mla"]),
+    st.lists(st.sampled_from(["sliding_attention", "full_attention"]), max_size=3))
+SMALL_MLA = {**SMALL_MOE, "kv_lora_rank": 64, "q_lora_rank": 32, "qk_nope_head_dim": 32,
+             "qk_rope_head_dim": 16, "v_head_dim": 32, "num_nextn_predict_layers": 1}
+SMALL_WINDOW = {**SMALL_HF, "sliding_window": 64,
+                "layer_types": ["sliding_attention", "full_attention"]}
+
+
+@FUZZ
+@given(st.sampled_from([SMALL_HF, SMALL_MOE, SMALL_MLA, SMALL_WINDOW, GEMMA_2B]),
+       st.lists(st.tuples(st.sampled_from(HF_KEYS), st.one_of(HF_VALUES, st.just(_DELETE))),
+                min_size=1, max_size=4))
+def test_fuzzed_hf_configs_end_in_a_result_or_one_line(tmp_path, capsys, base, edits):
+    config = {**base, "num_hidden_layers": 2}  # (Gemma's shape, two layers of it)
+    for key, value in edits:
+        if value is _DELETE:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code = _bounded(["run", QUICKSTART, "--set", "model.preset=null", "--set",
+                     f"model.hf_config={path}", "--set", "cluster.nodes=1", "--set",
+                     "cluster.gpus_per_node=1", "--set", "parallelism.dp=1", "--set",
+                     "training.global_batch=1", "--set", "training.seq_len=128",
+                     "--out", str(tmp_path / "out")])
+    err = _without_notes(capsys.readouterr().err)
+    assert code in (0, 2), (edits, err)
+    assert "Traceback" not in err and err.count("\n") == (code == 2), (edits, err)
+
+
+# -- item 18, parts: FP8 parameter gathers, the combined 1F1B, MFU's attention ---------
+
+def test_fp8_parameter_gathers_need_sharded_parameters():
+    raw = _fp8(fp8_attention=False, fp8_param_gather=True, global_batch=2)
+    raw["cluster"]["gpus_per_node"] = 2
+    raw["parallelism"] = {"dp": 2, "zero": 0}
+    with pytest.raises(ScenarioError) as error:
+        from_dict(raw)
+    assert str(error.value).startswith(
+        "training.fp8_param_gather: True needs the distributed optimizer (parallelism.zero "
+        ">= 1) or FSDP (parallelism.fsdp)"), error.value
+    for parallelism in ({"dp": 2, "zero": 1}, {"dp": 2, "fsdp": {}}):
+        raw["parallelism"] = parallelism
+        assert from_dict(raw).training.fp8_param_gather
+
+
+def test_the_combined_1f1b_needs_two_micro_batches_per_rank():
+    raw = scenario(experts=4, top_k=2)
+    raw["cluster"]["gpus_per_node"] = 2
+    raw["training"]["seq_len"] = 128
+    raw["parallelism"] = {"dp": 2, "ep": 2, "moe_overlap": "1f1b"}
+    raw["training"]["global_batch"] = 2
+    with pytest.raises(ScenarioError) as error:
+        from_dict(raw)
+    assert str(error.value).startswith("parallelism.moe_overlap: '1f1b' needs at least two "
+                                       "micro-batches per rank"), error.value
+    raw["training"]["global_batch"] = 4
+    assert from_dict(raw).parallel.moe_overlap == "1f1b"
+
+
+def test_mfu_says_its_attention_flops_are_the_full_square():
+    from simulator.analysis.summary_keys import ROWS
+    from workloads import kernels as K
+    for text in (K.model_flops.__doc__, dict(ROWS)["`mfu`"]):
+        assert "causal" in text and "s²" in " ".join(text.split()).replace("s^2", "s²"), text

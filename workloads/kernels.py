@@ -406,7 +406,13 @@ def model_flops(model: ModelSpec, batch: int, seq: int, kept: float = 1.0) -> fl
     """Model FLOPs of one iteration on ``batch`` sequences: 3x the forward matmuls
     (a MoE layer's: each token's ``top_k`` experts, its shared ones and the router);
     ``kept``: the share of routed copies the experts keep (below 1 when
-    ``capacity_factor`` drops some: a dropped copy is no work done)."""
+    ``capacity_factor`` drops some: a dropped copy is no work done).
+
+    Attention counts the full s^2 score matrix (4 b s^2 h per layer, Narayanan
+    et al.'s convention), while causal kernels compute about half of it (the
+    compute model times that half, ``compute.attention.visible``): where
+    attention dominates, at contexts of millions of tokens, MFU counted this
+    way approaches or passes 100 % though the GPUs do half the attention work."""
     kernels = all_layer_kernels(model, batch, seq) + head_kernels(model, batch, seq, 2) \
         + mtp_block(model, batch, seq) * model.mtp_layers
     return 3.0 * sum(k.flops * (kept if is_expert(k) else 1.0) for k in kernels)

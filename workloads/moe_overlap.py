@@ -82,7 +82,10 @@ def check(model, training, parallel) -> str | None:
                 "virtual pipeline stages)":
                     parallel.pp == 1 or parallel.schedule is Schedule.INTERLEAVED,
                 "parallelism.schedule: 1f1b or interleaved":
-                    parallel.schedule is not Schedule.GPIPE}),
+                    parallel.schedule is not Schedule.GPIPE,
+                "at least two micro-batches per rank (training.global_batch / (dp x "
+                f"micro_batch) = {parallel.micro_batches(training)}) to pair one's forward "
+                "with another's backward": parallel.micro_batches(training) >= 2}),
             "training.recompute other than full": training.recompute is not Recompute.FULL,
             "no ZeRO-3, FSDP or DeepSpeed ZeRO-3 (not modelled with it)":
                 parallel.zero_stage < 3 and parallel.fsdp is None}

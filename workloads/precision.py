@@ -145,6 +145,17 @@ class LowPrecision:
         return params * self.recipe.quantized_bytes * self.orientations
 
 
+def check(training, parallel) -> str | None:
+    """Why the low-precision keys cannot run with ``parallel`` (None when they
+    can): FP8 (FP4) parameter gathers need sharded parameters to gather,
+    Megatron-LM's distributed optimizer (ZeRO >= 1) or FSDP."""
+    if training.fp8_param_gather and parallel.zero_stage == 0 and parallel.fsdp is None:
+        return ("training.fp8_param_gather: True needs the distributed optimizer "
+                "(parallelism.zero >= 1) or FSDP (parallelism.fsdp): Megatron-LM gathers "
+                "low-precision parameters only from their shards")
+    return None
+
+
 def gathered_param_bytes(recipe: Recipe) -> float:
     """Bytes a parameter element takes on the wire when parameters are kept in the
     low format (``fp8_param_gather``; Megatron's ``--fp8-param-gather`` and

@@ -22,7 +22,7 @@ from __future__ import annotations
 from functools import partial
 
 from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
-from workloads import dualpipe, moe_overlap, mtp, offload, recompute, stamping
+from workloads import dualpipe, moe_overlap, mtp, offload, precision, recompute, stamping
 from workloads import kernels as K
 from workloads import routing as routes
 from workloads.layer_passes import chunk_layers, layer_pass, pass_plan
@@ -308,9 +308,9 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
         strategy.check(model, training, parallel)
     offload.check(model, training, parallel)
     recompute.check(model, training)
-    why = moe_overlap.check(model, training, parallel)
-    if why:
-        raise LayoutError(why)
+    for why in (moe_overlap.check(model, training, parallel), precision.check(training, parallel)):
+        if why:
+            raise LayoutError(why)
 
 
 def _groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:

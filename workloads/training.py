@@ -59,7 +59,8 @@ class TrainingSpec:
     fp8_recipe: str | None = setting(choice(RECIPES), None)
     fp8_attention: bool = setting(boolean, False)  # attention's core in FP8 (cudnn, flash3)
     # parameters kept (and all-gathered) in the low format (Megatron's
-    # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes)
+    # --fp8-param-gather / --fp4-param-gather; workloads.precision.gathered_param_bytes):
+    # from sharded parameters, parallelism.zero >= 1 or fsdp
     fp8_param_gather: bool = setting(boolean, False)
     recompute: Recompute = setting(member(Recompute), Recompute.NONE)  # activations recomputed
     # Megatron-Core's --recompute-modules (workloads.recompute): listing modules makes

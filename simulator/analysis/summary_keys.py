@@ -21,7 +21,9 @@ ROWS: tuple[tuple[str, str], ...] = (
      'iteration time / GPUs, in TFLOP/s'),
     ('`mfu`',
      "`model_tflops_per_gpu` / the GPU's dense BF16 peak (FP16's at fp16), whatever the "
-     'precision'),
+     "precision. Model FLOPs count attention's full s² score matrix while causal kernels "
+     'compute about half of it, so where attention dominates (contexts of millions of '
+     'tokens) MFU approaches or passes 100 %'),
     ('`precision`, `mfu_lowp`, `lowp_overhead_s`',
      'low precision only: the format; `model_tflops_per_gpu` / its dense peak (sources '
      "quote FP8 MFU either way: NVIDIA's and Megatron-Bridge's tables against BF16's peak, "
