@@ -512,3 +512,29 @@ def test_ranks_whose_calls_do_not_match_are_refused_at_load(tmp_path, capsys):
                                        r"'pg\.1' .*: rank 1 makes all_reduce of .* B, "
                                        "rank 0 none; they would wait for each other",
              durations="recorded")
+
+
+FP8_H100 = {**TINY, "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "training": {**TINY["training"], "precision": "fp8"}}
+
+
+def test_fp8_traces_replayed_as_recorded_run_on_a_gpu_without_fp8(tmp_path, capsys):
+    """Item 18: recorded durations need no compute model, so an A100 replays an
+    H100 FP8 run's traces (MFU against its BF16 peak, no low-precision figure);
+    re-timing them on it is refused, naming the workload and why."""
+    traces = _exported(tmp_path, FP8_H100, "fp8")
+    a100 = {"preset": "dgx-a100", "nodes": 1}
+    result = run(_importer(tmp_path, traces, a100, durations="recorded"))
+    summary = result.summary
+    assert result.scenario.training.precision == "fp8" and "mfu_lowp" not in summary
+    assert summary["compute_model"].startswith("recorded durations of the traces")
+    on_h100 = run(_importer(tmp_path, traces, FP8_H100["cluster"], durations="recorded"))
+    compute = result.spans[result.spans["stream"] == "compute"]
+    traced = on_h100.spans[on_h100.spans["stream"] == "compute"]
+    assert (compute["end"] - compute["start"]).sum() == pytest.approx(
+        (traced["end"] - traced["start"]).sum())
+    scenario = _importer(tmp_path, traces, a100, durations="model")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "m")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: workload.durations: model re-times the traces' kernels on "
+                            "a100") and "give durations: recorded" in error

@@ -119,10 +119,12 @@ class TrainingSpec:
 
     def peaks(self, gpu) -> tuple[float, tuple[str, float] | None]:
         """(the dense peak MFU is reported against: BF16's (or FP16's), and under
-        low precision (the precision, its dense peak)) on ``gpu`` (a GpuSpec)."""
+        low precision (the precision, its dense peak)) on ``gpu`` (a GpuSpec);
+        no low-precision peak on a GPU without the format (recorded traces of an
+        FP8 run replayed on an A100)."""
         high = gpu.peak(high_precision(self.precision))
-        return high, (None if self.recipe is None else
-                      (self.precision, gpu.peak(self.precision)))
+        return high, (None if self.recipe is None or self.precision not in gpu.peak_flops
+                      else (self.precision, gpu.peak(self.precision)))
 
     def low_precision(self, micro_batches: int) -> LowPrecision | None:
         """The low precision of a run whose weight casts ``micro_batches`` share."""

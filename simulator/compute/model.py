@@ -95,7 +95,10 @@ class ComputeModel:
         (``compute.attention.resolve``)."""
         kernel = resolve(training.attention_kernel, framework, gpu, training.flash_attention,
                          training.fp8_attention)
-        return cls.of(gpu, training.precision, *host_rates, attention=kernel)
+        precision = training.precision  # (a GPU without it: traces replayed as recorded)
+        if precision not in gpu.peak_flops:
+            precision = high_precision(precision)
+        return cls.of(gpu, precision, *host_rates, attention=kernel)
 
     def describe(self, ops: tuple[Op, ...] = ()) -> str:
         """Which model times the kernels, for the run's summary; ``ops`` (a

@@ -30,8 +30,8 @@ from simulator.base.fields import (
 )
 from simulator.config.cluster import Machine
 from simulator.config.model import model_from
-from simulator.config.training import check_layout, parallel_from, training_from
-from simulator.config.workload import traced
+from simulator.config.training import check_layout, parallel_from
+from simulator.config.workload import traced, training_of
 from topologies.placement import POLICIES, PlacementError, place
 from workloads.background import BackgroundSpec
 from workloads.jobs import JobSpec
@@ -160,7 +160,7 @@ def _training(name: str, body: dict[str, Any], nodes: tuple[int, ...], machine: 
     workload, body = traced(body, gpus, base_dir, whose=(  # (Chakra traces)
         f"the job has {gpus} GPUs ({len(nodes)} of the cluster's {machine.nodes} nodes, "
         f"{machine.gpus} GPUs)"))
-    training = training_from(body.get("training"), machine.gpu)
+    training = training_of(workload, body.get("training"), machine.gpu)
     model = model_from(body.get("model"), base_dir)
     parallel = parallel_from(body.get("parallelism"), per_node * len(nodes), per_node,
                              _per_domain(nodes, per_node, machine.cluster.domain))

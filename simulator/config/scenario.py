@@ -31,8 +31,8 @@ from simulator.config.model import model_from
 from simulator.config.network import network_from
 from simulator.config.overrides import apply_overrides
 from simulator.config.simulation import SimulationSpec, simulation_from
-from simulator.config.training import check_layout, parallel_from, training_from
-from simulator.config.workload import Workload, traced
+from simulator.config.training import check_layout, parallel_from, training_from  # noqa: F401 (re-exported)
+from simulator.config.workload import Workload, traced, training_of
 from topologies import ClusterSpec, GpuSpec
 from workloads.jobs import JobSpec
 from workloads.models import ModelSpec
@@ -162,7 +162,7 @@ def from_dict(raw: object, base_dir: Path | None = None) -> Scenario:
         first = next(j for j in jobs if j.background is None)
         model, training, parallel = first.model, first.training, first.parallel
     else:
-        training = training_from(raw.get("training"), machine.gpu)
+        training = training_of(workload, raw.get("training"), machine.gpu)
         model = model_from(raw.get("model"), base_dir)
         parallel = parallel_from(raw.get("parallelism"), machine.gpus,
                                  machine.gpus // max(1, machine.nodes), machine.cluster.domain)

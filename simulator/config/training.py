@@ -22,9 +22,14 @@ TRAINING_SCHEMA = schema_of(TrainingSpec)
 PARALLEL_SCHEMA = {**schema_of(ParallelSpec), "dp": (integer(1), None)}  # dp: what is left
 
 
-def training_from(raw: object, gpu: GpuSpec) -> TrainingSpec:
-    """Check a ``training:`` section for ``gpu`` and build its TrainingSpec."""
+def training_from(raw: object, gpu: GpuSpec, timed: bool = True) -> TrainingSpec:
+    """Check a ``training:`` section for ``gpu`` and build its TrainingSpec.
+    ``timed``: the compute model times the kernels on ``gpu``, which must then
+    run the precision and kernels asked for; traces replayed with their recorded
+    durations (``workload.durations: recorded``) need none of it."""
     training = TrainingSpec(**section("training", raw, TRAINING_SCHEMA))
+    if not timed:
+        return recompute_from(training)
     if training.precision not in gpu.peak_flops:
         raise fail("training.precision", training.precision,
                    f"is not supported by {gpu.name} (it has "

@@ -24,6 +24,7 @@ from typing import Any
 from simulator.base.chakra import Trace, TraceError, read
 from simulator.base.fields import ScenarioError, choice, fail, schema_of, section, setting, text
 from simulator.base.user_files import user_path
+from simulator.config.training import training_from
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,19 @@ def workload_from(raw: object, gpus: int, base_dir: Path | None,
         if not isinstance((trace.facts.get("scenario") or {}).get(key), dict):
             raise fail("workload.chakra", spec.chakra, f"gives no {key} section in its metadata")
     return Workload(spec, trace)
+
+
+def training_of(workload: Workload | None, raw: object, gpu) -> Any:
+    """The TrainingSpec of a scenario's or job's ``training`` section (``raw``; a
+    workload's: its traces'): checked for ``gpu`` where the compute model times
+    its kernels, not where the traces' recorded durations are replayed."""
+    if workload is None:
+        return training_from(raw, gpu)
+    if workload.recorded:
+        return training_from(raw, gpu, timed=False)
+    try:
+        return training_from(raw, gpu)
+    except ScenarioError as error:
+        raise ScenarioError(f"workload.durations: model re-times the traces' kernels on "
+                            f"{gpu.name}, but the traces' {error}; give durations: "
+                            f"recorded") from None

@@ -139,6 +139,16 @@ def lead_notes(placed: Sequence[Placed]) -> dict:
     return dict(training[0].program.notes) if len(training) == 1 else {}
 
 
+def compute_model(placed: Sequence[Placed], model: ComputeModel, ops) -> str:
+    """The summary's ``compute_model``: what times the kernels of ``ops`` (the
+    critical rank's program), or the traces' recorded durations where every
+    training job replays them (then no compute model times a kernel)."""
+    if all(p.job.workload is not None and p.job.workload.recorded
+           for p in placed if p.job.background is None):
+        return "recorded durations of the traces (workload.durations: recorded)"
+    return model.describe(ops)
+
+
 def training_ranks(placed: Sequence[Placed]) -> int:
     """How many leading ranks of the merged program train (the rest is background)."""
     return sum(p.program.ranks for p in placed if p.job.background is None)

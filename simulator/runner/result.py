@@ -261,7 +261,7 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     durations(critical)  # (computed for every simulated program)
     faults = fabric.graph.graph.get("faults")
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
-                compute_model=setup.model.describe(program.ops[critical]),
+                compute_model=jobs.compute_model(placed, setup.model, program.ops[critical]),
                 host_stall_s=durations.host_stall(critical),
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),
