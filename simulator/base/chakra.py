@@ -32,10 +32,11 @@ from simulator.base.chakra_checks import (
     check_program,
     check_sizes,
     check_steps,
+    framed,
 )
 from simulator.base.chakra_foreign import read_foreign
 from simulator.base.chakra_notes import plain, restored
-from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, delimited, messages, varint
+from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, messages, varint
 from simulator.base.ir import Collective, KernelClass, Op, OpKind, Phase, Program
 
 VERSION = "0.0.4"  # Chakra's schema version the files declare
@@ -169,7 +170,7 @@ def read(folder: str | Path) -> Trace:
     node and what is wrong otherwise."""
     folder = Path(folder)
     first = folder / "trace.0.et"
-    head = _messages(first) if first.is_file() else None
+    head = framed(first) if first.is_file() else None
     if head == []:
         check_sizes({first: head})
     facts = _facts(head[0], first) if head else None
@@ -195,7 +196,7 @@ def _own(folder: Path, facts: dict, first: Path) -> tuple[Program, list, list[Pa
     for path in paths:
         if not path.is_file():
             raise TraceError(f"{folder}: {path.name} is missing ({ranks} ranks traced)")
-    found = {path: _messages(path) for path in paths}
+    found = {path: framed(path) for path in paths}
     check_sizes(found)
     shared: dict[tuple, tuple[Op, ...]] = {}
     ops, durations = [], []
@@ -226,12 +227,6 @@ def _tuples(value):
     """
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
-
-def _messages(path: Path) -> list[bytes]:
-    try:
-        return delimited(path.read_bytes())
-    except (OSError, ValueError) as error:
-        raise TraceError(f"{path}: {error}") from None
 
 
 def _header(found: list[bytes], path: Path) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.base import footprint
+from simulator.base.chakra_schema import delimited
 from simulator.base.fields import ScenarioError
 from simulator.base.ir import OpKind, Program
 
@@ -42,6 +43,14 @@ NUMBERS = (int, float)
 
 class TraceError(ValueError):
     """A trace folder that cannot be read as a program (one line: what and where)."""
+
+
+def framed(path: Path) -> list[bytes]:
+    """A trace file's length-delimited messages, unparsed; one line if unreadable."""
+    try:
+        return delimited(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise TraceError(f"{path}: {error}") from None
 
 
 def check_sizes(found: Mapping[Path, Sequence[bytes]], memory: int | None = None) -> None:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.base.chakra_checks import TraceError, check_ranks, check_sizes
-from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, delimited, messages
+from simulator.base.chakra_checks import TraceError, check_ranks, check_sizes, framed
+from simulator.base.chakra_schema import COLLECTIVES, NODE_TYPES, messages
 from simulator.base.ir import DP_STREAM, PP_STREAM, Collective, Op, OpKind, Phase, Program
 
 OF_CHAKRA = {number: name for name, number in COLLECTIVES.items()}
@@ -67,7 +67,7 @@ def read_foreign(folder: Path) -> tuple[Program, list[np.ndarray], dict, list[Pa
     each op's node id) of ``folder``'s traces; TraceError naming the file and
     node of anything malformed (``chakra_checks`` checks the program)."""
     paths = files(folder)
-    found = {path: _framed(path) for path in paths}
+    found = {path: framed(path) for path in paths}
     check_sizes(found)
     named = _groups(folder, len(paths))
     groups: dict[str, tuple[tuple[int, ...], ...]] = {WORLD: (tuple(range(len(paths))),)}
@@ -97,12 +97,6 @@ def read_foreign(folder: Path) -> tuple[Program, list[np.ndarray], dict, list[Pa
     program = Program(tuple(ops), groups, tuple({} for _ in range(n)), flops, 0)
     return program, durations, facts, paths, ids
 
-
-def _framed(path: Path) -> list[bytes]:
-    try:
-        return delimited(path.read_bytes())
-    except (OSError, ValueError) as error:
-        raise TraceError(f"{path}: {error}") from None
 
 
 def _nodes(data: list[bytes], path: Path) -> list:

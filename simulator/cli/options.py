@@ -70,7 +70,7 @@ def removed_if_failed(path: str | Path) -> Iterator[None]:
     again, deepest first, where it fails and leaves them empty: a failed run
     leaves no empty folder behind (a folder that was there stays)."""
     path = Path(path)
-    missing = [p for p in (path, *path.parents) if not p.exists()]
+    missing = [p for p in (path, *path.parents) if not _there(p)]
     try:
         yield
     except BaseException:
@@ -80,6 +80,15 @@ def removed_if_failed(path: str | Path) -> Iterator[None]:
             except OSError:  # not empty (an error file beside the run), or not there
                 break
         raise
+
+
+def _there(path: Path) -> bool:
+    """Whether ``path`` exists; a name the system refuses (too long) is never made,
+    so there is nothing of it to remove."""
+    try:
+        return path.exists()
+    except OSError:
+        return True
 
 
 def _short(path: Path) -> str:

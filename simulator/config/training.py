@@ -75,8 +75,9 @@ def check_fp8_attention(training: TrainingSpec, gpu: GpuSpec) -> None:
         return
     kernel = resolve(training.attention_kernel, "", gpu, training.flash_attention, fp8=True)
     if kernel not in (*FP8_KERNELS, ""):
+        usable = [k for k in FP8_KERNELS if k in available(gpu)] or list(FP8_KERNELS)
         raise fail("training.fp8_attention", True, "needs fused attention with an FP8 path "
-                   f"(training.attention_kernel: {' or '.join(FP8_KERNELS)}), not {kernel} "
+                   f"(training.attention_kernel: {' or '.join(usable)}), not {kernel} "
                    f"on {gpu.name}")
 
 
