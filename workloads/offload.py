@@ -32,6 +32,7 @@ from workloads import kernels as K
 from workloads.memory import OPTIMIZER_BYTES
 from workloads.models import ModelSpec
 from workloads.stage import Context, LayoutError, Stage
+from workloads.strategies import pipeline
 from workloads.training import ParallelSpec, TrainingSpec
 
 FP32 = 4  # bytes of an fp32 gradient or master parameter
@@ -44,7 +45,7 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     n = training.activation_offload_layers
     if n == 0:
         return
-    fewest = min(parallel.stage_layers or [model.layers // parallel.pp])
+    fewest = min(pipeline.layers_per_stage(model, parallel))
     if n >= fewest:
         raise LayoutError(f"training.activation_offload_layers: {n} must be fewer than the "
                           f"{fewest} layers of the smallest pipeline stage (the last layers' "

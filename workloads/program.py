@@ -354,9 +354,7 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     again = {kind: recompute.positions(plans[True], training.rerun, kind[0]) for kind, plans in
              (((False, False), passes), *kinds.items())} if training.rerun else {}
     return Context(model, training, parallel, shard, vocab,
-                   dualpipe.chunks(parallel, pipeline.virtual_stage_layers(
-                       model.layers, parallel.pp, parallel.virtual_stages,
-                       parallel.stage_layers)),
+                   dualpipe.chunks(parallel, pipeline.virtual_stage_layers(model, parallel)),
                    micro_batches, "dp", sharded.shard_size(parallel), passes,
                    parallel.gradient_plan(training), kinds, routing, again)
 

@@ -30,6 +30,7 @@ from workloads.frameworks import (
 )
 from workloads.layout import parse_order
 from workloads.memory import RECOMPUTE_MODULES, Recompute
+from workloads.pipeline_layout import LayoutSyntaxError, parse
 from workloads.precision import (
     PRECISIONS,
     RECIPES,
@@ -193,6 +194,19 @@ def stage_list(path: str, value: object) -> tuple[int, ...]:
     return tuple(value)
 
 
+def layout_string(path: str, value: object) -> str:
+    """Megatron-Core's pipeline layout string, e.g. ``Et*3|(t*4|)*14ttL``
+    (``workloads.pipeline_layout``)."""
+    if not isinstance(value, str):
+        raise fail(path, value, "must be a string such as 'Et*3|(t*4|)*14ttL' (Megatron-Core's "
+                                "pipeline_model_parallel_layout)")
+    try:
+        parse(value)
+    except LayoutSyntaxError as error:
+        raise fail(path, value, str(error)) from None
+    return value
+
+
 def rank_order(path: str, value: object) -> str:
     """Megatron's rank order, e.g. ``tp-cp-dp-pp`` (``workloads.layout``)."""
     try:
@@ -238,6 +252,16 @@ class ParallelSpec:
     schedule: Schedule = setting(member(Schedule), Schedule.ONE_F_ONE_B)  # pipeline schedule
     virtual_stages: int = setting(integer(1), 1)  # chunks per stage (interleaved)
     stage_layers: tuple[int, ...] | None = setting(stage_list, None)  # layers per stage
+    # Megatron-Core's --pipeline-model-parallel-layout: what each virtual stage holds, in
+    # order, e.g. "Et*3|(t*4|)*14ttL" (E embedding, t layer, m MTP layer, L loss;
+    # workloads.pipeline_layout); instead of stage_layers and the two keys below
+    pipeline_layout: str | None = setting(layout_string, None)
+    # Megatron's --account-for-embedding-in-pipeline-split: the embedding counts as a
+    # layer in the even split over stages (the first chunk holds one layer fewer)
+    account_for_embedding_in_pipeline_split: bool = setting(boolean, False)
+    # Megatron's --account-for-loss-in-pipeline-split: the loss counts as a layer in the
+    # even split over stages (the last chunk holds one layer fewer)
+    account_for_loss_in_pipeline_split: bool = setting(boolean, False)
     zero: int = setting(choice([0, 1, 2, 3]), 0)  # ZeRO stage (1: distributed optimizer)
     fsdp: FsdpSpec | None = setting(nested(FsdpSpec), None)  # PyTorch FSDP instead of ZeRO
     order: str = setting(rank_order, "tp-cp-dp-pp")  # rank order, fastest varying first

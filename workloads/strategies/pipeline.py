@@ -12,11 +12,10 @@ gradients (``embd``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from simulator.base.ir import PP_STREAM, Collective, OpKind, Phase
 from workloads.layout import Layout
 from workloads.models import ModelSpec
+from workloads.pipeline_layout import LayoutSyntaxError, layer_counts
 from workloads.schedules import steps_for
 from workloads.stage import Context, LayoutError, Stage
 from workloads.strategies.dimension import Bounds, Dimension
@@ -37,47 +36,99 @@ DIMENSIONS = (Dimension("pp", PP_STREAM, "pipeline-parallel sizes, e.g. 1-16 (di
                         "the layers)", _divisors, _splits_layers, shown=True),)
 
 
-def split_even(total: int, parts: int) -> list[int]:
-    """``total`` into ``parts`` near-equal counts, larger ones first.
+def fill_chunks(total: int, parts: int) -> list[int]:
+    """A stage's ``total`` layers over its ``parts`` chunks in order, each
+    ``ceil(total / parts)`` until the rest (the issue's Megatron [4, 4, 4, 1] for
+    13 over 4; Megatron-Core itself refuses a stage its virtual stages do not
+    divide: ``transformer_config.py``, "must be divisible by virtual pipeline
+    parallel degree"; ``pipeline_layout`` writes any other split).
 
-    >>> split_even(10, 4)
-    [3, 3, 2, 2]
+    >>> fill_chunks(13, 4), fill_chunks(8, 2)
+    ([4, 4, 4, 1], [4, 4])
     """
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    each = -(-total // parts)
+    return [max(0, min(each, total - each * n)) for n in range(parts)]
 
 
-def virtual_stage_layers(layers: int, pp: int, v: int,
-                         stage_layers: Sequence[int] | None) -> list[range]:
-    """Layers of each virtual stage k = chunk * pp + stage, numbered in model order.
+def virtual_stage_layers(model: ModelSpec, parallel: ParallelSpec) -> list[range]:
+    """Layers of each virtual stage k = chunk * pp + stage, numbered in model order
+    (``layers_per_virtual_stage``).
 
-    Even by default (Megatron needs layers divisible by pp * v); with
-    ``stage_layers`` each stage's layers are split over its v chunks.
-
-    >>> virtual_stage_layers(8, 2, 2, None)
-    [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]
+    >>> from workloads.models import MODELS
+    >>> virtual_stage_layers(MODELS["gpt3-2.7b"], ParallelSpec(pp=2, virtual_stages=2))
+    [range(0, 8), range(8, 16), range(16, 24), range(24, 32)]
     """
-    if stage_layers is None:
-        if layers % (pp * v):
-            raise LayoutError(f"model.layers ({layers}) must be divisible by parallelism.pp x "
-                              f"virtual_stages ({pp * v}); or give parallelism.stage_layers")
-        counts = [layers // pp] * pp
-    else:
-        counts = list(stage_layers)
-    per_chunk = [split_even(c, v) for c in counts]  # per stage, per chunk
     out, start = [], 0
-    for chunk in range(v):
-        for stage in range(pp):
-            n = per_chunk[stage][chunk]
-            out.append(range(start, start + n))
-            start += n
+    for n in layers_per_virtual_stage(model, parallel):
+        out.append(range(start, start + n))
+        start += n
     return out
 
 
+def layers_per_virtual_stage(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
+    """Transformer layers of each virtual stage: the ``pipeline_layout``'s; with
+    the embedding or the loss counted in the split, Megatron's
+    (``_accounted``); else each stage's (``stage_layers``, even by default:
+    Megatron needs layers divisible by pp x v) filled into its chunks
+    (``fill_chunks``)."""
+    pp, v, layers = parallel.pp, parallel.virtual_stages, model.layers
+    if parallel.pipeline_layout is not None:
+        try:
+            return layer_counts(parallel.pipeline_layout, pp, v, layers, model.mtp_layers)
+        except LayoutSyntaxError as error:
+            raise LayoutError(f"parallelism.pipeline_layout: {parallel.pipeline_layout!r} "
+                              f"{error}") from None
+    if parallel.account_for_embedding_in_pipeline_split or \
+            parallel.account_for_loss_in_pipeline_split:
+        return _accounted(layers, parallel)
+    if parallel.stage_layers is None:
+        if layers % (pp * v):
+            raise LayoutError(f"model.layers ({layers}) must be divisible by parallelism.pp x "
+                              f"virtual_stages ({pp * v}); or give parallelism.stage_layers "
+                              "or parallelism.pipeline_layout")
+        counts = [layers // pp] * pp
+    else:
+        counts = list(parallel.stage_layers)
+    per_chunk = [fill_chunks(c, v) for c in counts]  # per stage, per chunk
+    return [per_chunk[stage][chunk] for chunk in range(v) for stage in range(pp)]
+
+
+def _accounted(layers: int, parallel: ParallelSpec) -> list[int]:
+    """Megatron-Core's split with the embedding and/or the loss counted as a layer
+    (``transformer_block.get_num_layers_to_build``): (layers + 1 each) / pp per
+    stage, / v per chunk, one fewer in the first chunk of the first stage
+    (embedding) and the last chunk of the last (loss)."""
+    pp, v = parallel.pp, parallel.virtual_stages
+    embedding = int(parallel.account_for_embedding_in_pipeline_split)
+    loss = int(parallel.account_for_loss_in_pipeline_split)
+    key = "account_for_embedding_in_pipeline_split" if embedding else \
+        "account_for_loss_in_pipeline_split"
+    total = layers + embedding + loss
+    counted = " + ".join([f"model.layers ({layers})"] + ["1 (the embedding)"] * embedding
+                         + ["1 (the loss)"] * loss)
+    if total % (pp * v):
+        raise LayoutError(f"parallelism.{key}: {counted} = {total} must be divisible by "
+                          f"parallelism.pp ({pp}) x virtual_stages ({v})")
+    counts = [total // (pp * v)] * (pp * v)
+    counts[0] -= embedding
+    counts[-1] -= loss
+    if min(counts) < 0:
+        raise LayoutError(f"parallelism.{key}: {counted} = {total} over pp x virtual_stages "
+                          f"({pp * v}) leaves no layer for the embedding or the loss to replace")
+    return counts
+
+
+def layers_per_stage(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
+    """Transformer layers of each pipeline stage, its chunks together."""
+    counts, pp = layers_per_virtual_stage(model, parallel), parallel.pp
+    return [sum(counts[stage::pp]) for stage in range(pp)]
+
 
 def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> None:
-    """Stage sizes, virtual stages and the schedule fit the model and the batch."""
+    """Stage sizes, virtual stages and the schedule fit the model and the batch; one
+    way of splitting the layers at a time."""
     pp, v = parallel.pp, parallel.virtual_stages
+    _one_split(parallel)
     if parallel.stage_layers is not None:
         layers = parallel.stage_layers
         if len(layers) != pp or sum(layers) != model.layers or min(layers) < v:
@@ -87,7 +138,22 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     if v > 1 and pp < 2:
         raise LayoutError("parallelism.virtual_stages > 1 needs parallelism.pp >= 2")
     steps_for(parallel.schedule, pp, parallel.micro_batches(training), v, 0)
-    virtual_stage_layers(model.layers, pp, v, parallel.stage_layers)
+    virtual_stage_layers(model, parallel)
+
+
+SPLITS = ("pipeline_layout", "account_for_embedding_in_pipeline_split",
+          "account_for_loss_in_pipeline_split", "stage_layers")  # ways of splitting the layers
+
+
+def _one_split(parallel: ParallelSpec) -> None:
+    """The layout string stands alone (Megatron-Core refuses it with the others),
+    and ``stage_layers`` with neither account_for key (Megatron's uneven stages
+    refuse them too)."""
+    given = [key for key in SPLITS if getattr(parallel, key) not in (None, False)]
+    if len(given) < 2 or (given[0] != "pipeline_layout" and "stage_layers" not in given):
+        return
+    raise LayoutError(f"parallelism.{given[0]}: {getattr(parallel, given[0])!r} cannot be "
+                      f"combined with parallelism.{given[1]}; give one of them")
 
 
 def groups(ctx: Context, layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
