@@ -1,7 +1,8 @@
 """What runs and how it is parallelised: models (``models``, ``hf_config``), kernels
 (``kernels``), how a model is trained (``training``, ``frameworks``,
 ``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
-``dualpipe``, ``moe_overlap``), rank layout (``layout``), gradient buckets
+``dualpipe``, ``moe_overlap``), Megatron-Core's pipeline layout string
+(``pipeline_layout``), rank layout (``layout``), gradient buckets
 (``buckets``), MoE token routing (``routing``), offloading (``offload``),
 recompute by module (``recompute``), multi-token prediction (``mtp``), one
 module per parallel strategy (``strategies``), the builder's state (``stage``),

@@ -195,7 +195,7 @@ def stage_list(path: str, value: object) -> tuple[int, ...]:
 
 
 def layout_string(path: str, value: object) -> str:
-    """Megatron-Core's pipeline layout string, e.g. ``Et*3|(t*4|)*14ttL``
+    """Megatron-Core's pipeline layout string: pieces of E, t, m, L split by |
     (``workloads.pipeline_layout``)."""
     if not isinstance(value, str):
         raise fail(path, value, "must be a string such as 'Et*3|(t*4|)*14ttL' (Megatron-Core's "
