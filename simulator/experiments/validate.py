@@ -18,6 +18,13 @@ GB/s), ``gemm_tflops``, ``attention_tflops`` (forward + backward, 3x the
 4bs^2h forward FLOPs) and ``hbm_tbs``; a ``pair`` (a scenario and the
 ``--set`` overrides of its baseline, e.g. the same layout in BF16) has the
 metric ``speedup``: the scenario's tokens/s over the baseline's.
+
+Halves: every source (a publication, declared once under ``sources:`` with its
+citation) is in the ``fit`` half (its measurements set model parameters) or
+the ``check`` half (no constant may be chosen while looking at its cases); a
+case names its source (``source_id``) and takes its half from it, so no
+source has cases on both sides. Errors are signed so that positive is
+simulated faster (or higher) than measured (``case_error_pct``).
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from simulator.base.user_files import parse_yaml, read_text
 from simulator.config.scenario import ScenarioError
 
 HERE = Path(__file__).resolve().parent / "validation"
@@ -37,6 +44,8 @@ CASES = HERE / "cases.yaml"
 GIB = 2.0**30
 SUMMARY_METRICS = ("mfu", "iteration_time_s", "peak_memory_gib")
 TARGETS = ("scenario", "collective", "kernel", "pair")
+HALVES = ("fit", "check")
+LOWER_IS_FASTER = frozenset({"iteration_time_s"})  # a time: its error is its rate's
 
 
 class ValidationError(ScenarioError):
@@ -56,6 +65,17 @@ class Case:
     assumptions: tuple[str, ...]
     target: str  # scenario | collective | kernel | pair
     spec: Any = field(compare=False)  # the scenario path, or the collective/kernel/pair mapping
+    source_id: str = ""  # the key of its source under ``sources:``, whose half is ``basis``
+    fitted: bool = False  # this measurement set a model parameter (so its half is fit)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A publication the cases come from, and the half all its cases are in."""
+
+    id: str
+    citation: str
+    half: str
 
 
 def error_pct(measured: float, simulated: float) -> float:
@@ -67,11 +87,60 @@ def error_pct(measured: float, simulated: float) -> float:
     return 100.0 * (simulated - measured) / measured
 
 
-def _case(raw: Mapping[str, Any], where: str) -> Case:
-    missing = [k for k in ("name", "tags", "source", "metric", "unit", "measured")
+def case_error_pct(metric: str, measured: float, simulated: float) -> float:
+    """A case's signed error in percent, positive when the simulation is faster
+    (or higher) than the measurement: a time's is the error of its rate.
+
+    >>> case_error_pct("iteration_time_s", 2.0, 1.6)
+    25.0
+    """
+    if metric in LOWER_IS_FASTER:
+        return error_pct(1.0 / measured, 1.0 / simulated)
+    return error_pct(measured, simulated)
+
+
+def _source(key: str, raw: Any) -> Source:
+    where = f"sources: source {key}"
+    if not isinstance(raw, Mapping):
+        raise ValidationError(f"{where}: must be a mapping of citation and half")
+    missing = [k for k in ("citation", "half") if k not in raw]
+    unknown = sorted(set(raw) - {"citation", "half"})
+    if missing or unknown:
+        raise ValidationError(f"{where}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else [])
+            + ([f"unknown key {', '.join(map(str, unknown))}"] if unknown else [])))
+    if raw["half"] not in HALVES:
+        raise ValidationError(f"{where}: half {raw['half']!r} is not one of {', '.join(HALVES)}")
+    return Source(str(key), str(raw["citation"]), raw["half"])
+
+
+def _half(raw: Mapping[str, Any], name: str, sources: Mapping[str, Source]) -> Source:
+    """The case's source, checked against what the case says of its half."""
+    source = sources.get(raw["source_id"])
+    if source is None:
+        raise ValidationError(f"{name}: source_id {raw['source_id']!r} is not declared under "
+                              f"sources: (declared: {', '.join(sorted(sources))})")
+    if "basis" in raw and raw["basis"] != source.half:
+        raise ValidationError(f"{name}: basis {raw['basis']!r} disagrees with its source "
+                              f"{source.id!r}, which is in the {source.half} half")
+    fitted = raw.get("fitted", False)
+    if not isinstance(fitted, bool):
+        raise ValidationError(f"{name}: fitted: {fitted!r} is not true or false")
+    if fitted and source.half != "fit":
+        raise ValidationError(f"{name}: fitted: a case that set a model parameter is in the "
+                              f"fit half, but its source {source.id!r} is in the check half")
+    return source
+
+
+def _case(raw: Mapping[str, Any], file: str, n: int, sources: Mapping[str, Source]) -> Case:
+    where = f"{file}: case {n}"
+    if not isinstance(raw, Mapping):
+        raise ValidationError(f"{where}: must be a mapping")
+    missing = [k for k in ("name", "tags", "source", "source_id", "metric", "unit", "measured")
                if k not in raw]
     if missing:
-        raise ValidationError(f"{where}: missing {', '.join(missing)}")
+        name = f" ({raw['name']})" if "name" in raw else ""
+        raise ValidationError(f"{where}{name}: missing {', '.join(missing)}")
     targets = [t for t in TARGETS if t in raw]
     if len(targets) != 1:
         raise ValidationError(f"{where} ({raw['name']}): needs exactly one of "
@@ -79,22 +148,38 @@ def _case(raw: Mapping[str, Any], where: str) -> Case:
     if raw["metric"] not in METRICS:
         raise ValidationError(f"{where} ({raw['name']}): metric {raw['metric']!r} is not one "
                               f"of {', '.join(METRICS)}")
+    source = _half(raw, f"{file}: case {raw['name']}", sources)
     return Case(str(raw["name"]), tuple(raw["tags"]), str(raw["source"]), raw["metric"],
                 str(raw.get("counting", "")), str(raw["unit"]), float(raw["measured"]),
-                str(raw.get("basis", "check")), tuple(raw.get("assumptions", ())),
-                targets[0], raw[targets[0]])
+                source.half, tuple(raw.get("assumptions", ())), targets[0], raw[targets[0]],
+                source.id, bool(raw.get("fitted", False)))
+
+
+def load_sources(path: Path, raw: Any) -> dict[str, Source]:
+    """The ``sources:`` table of the set at ``path``, checked."""
+    if not isinstance(raw, Mapping) or set(raw) != {"sources", "cases"}:
+        raise ValidationError(f"{path}: must be a mapping with sources and cases (and nothing "
+                              "else)")
+    if not isinstance(raw["sources"], Mapping) or not raw["sources"]:
+        raise ValidationError(f"{path.name}: sources: must declare at least one source")
+    return {str(k): _source(k, v) for k, v in raw["sources"].items()}
 
 
 def load_cases(path: Path = CASES) -> list[Case]:
-    """The validation set, checked."""
-    raw = yaml.safe_load(path.read_text())
-    if not isinstance(raw, list):
-        raise ValidationError(f"{path}: must be a list of cases")
-    cases = [_case(item, f"{path.name}: case {n + 1}") for n, item in enumerate(raw)]
+    """The validation set, checked: each case's source declared, its half the source's."""
+    raw = parse_yaml(read_text(path, "validation set"), str(path))
+    sources = load_sources(path, raw)
+    if not isinstance(raw["cases"], list):
+        raise ValidationError(f"{path.name}: cases: must be a list of cases")
+    cases = [_case(item, path.name, n + 1, sources) for n, item in enumerate(raw["cases"])]
     names = [c.name for c in cases]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
         raise ValidationError(f"{path}: case name {duplicate!r} appears twice")
+    unused = sorted(set(sources) - {c.source_id for c in cases})
+    if unused:
+        raise ValidationError(f"{path.name}: sources: {', '.join(unused)} is declared but no case "
+                              "names it")
     return cases
 
 
@@ -226,18 +311,19 @@ def run_cases(cases: Iterable[Case], progress: Callable[[Case], None] | None = N
         simulated = simulate(case)
         rows.append({"case": case.name, "tags": ",".join(case.tags), "metric": case.metric,
                      "unit": case.unit, "measured": case.measured, "simulated": simulated,
-                     "error_pct": error_pct(case.measured, simulated), "basis": case.basis,
-                     "source": case.source})
+                     "error_pct": case_error_pct(case.metric, case.measured, simulated),
+                     "basis": case.basis, "source_id": case.source_id, "source": case.source})
     return pd.DataFrame(rows)
 
 
 def by_group(table: pd.DataFrame) -> pd.DataFrame:
-    """Per tag: cases, mean absolute error %, worst absolute error %."""
+    """Per tag: cases, mean absolute and mean signed error %, worst absolute error %."""
     rows = []
     for tag in sorted({t for tags in table["tags"] for t in tags.split(",")}):
         part = table[table["tags"].str.split(",").map(lambda tags, tag=tag: tag in tags)]
         errors = part["error_pct"].abs()
         rows.append({"group": tag, "cases": len(part), "mean_abs_error_pct": errors.mean(),
+                     "mean_signed_error_pct": part["error_pct"].mean(),
                      "worst_abs_error_pct": errors.max(),
                      "worst_case": part.loc[errors.idxmax(), "case"]})
     return pd.DataFrame(rows)
