@@ -193,10 +193,13 @@ def _summary(scenario: dict) -> dict:
     (tiny(), "Et*4|t*4L"),
     (interleaved(), "Et*2|t*2|t*2|t*2L"),
     (tiny(stage_layers=[3, 5]), "Et*3|t*5L"),
+    (tiny({"mtp_layers": 1}), "Et*4|t*4mL"),
+    (tiny({"layers": 7}, account_for_embedding_in_pipeline_split=True), "Et*3|t*4L"),
 ])
 def test_a_layout_equal_to_the_default_split_gives_the_same_run(plain, layout):
     with_layout = copy.deepcopy(plain)
-    with_layout["parallelism"].pop("stage_layers", None)
+    for key in ("stage_layers", "account_for_embedding_in_pipeline_split"):
+        with_layout["parallelism"].pop(key, None)
     with_layout["parallelism"]["pipeline_layout"] = layout
     assert _summary(with_layout) == _summary(plain)
 
@@ -209,6 +212,14 @@ def test_an_uneven_layout_moves_memory_and_time_to_the_larger_stage():
     assert front["peak_memory_gib_by_stage"][1] < back["peak_memory_gib_by_stage"][1]
     assert front["compute_s_by_stage"][0] > back["compute_s_by_stage"][0]
     assert front["compute_s_by_stage"][1] < back["compute_s_by_stage"][1]
+
+
+def test_a_stage_of_the_embedding_alone_computes_little_and_holds_its_table():
+    """Megatron's standalone embedding stage ("E|t*8L"): the first stage runs the
+    embedding only and holds its parameters; the layers' work is all the last's."""
+    s = run(tiny(pipeline_layout="E|t*8L")).summary
+    assert s["compute_s_by_stage"][0] < 0.05 * s["compute_s_by_stage"][1]
+    assert 0 < s["peak_memory_gib_by_stage"][0] < s["peak_memory_gib_by_stage"][1]
 
 
 @pytest.mark.parametrize("layout", ["E|t*4|t*4|L", "Et*4||t*4|L", "Et*8|||L"])
@@ -227,3 +238,17 @@ def test_empty_chunks_from_the_split_run():
 def test_the_same_layout_gives_byte_identical_runs():
     scenario = interleaved(pipeline_layout="Et|ttt|ttt|tL")
     assert _summary(scenario) == _summary(copy.deepcopy(scenario))
+
+
+@FUZZ
+@given(st.text(alphabet="EtmL|()*,0123", max_size=20), st.sampled_from([1, 2]))
+def test_any_layout_string_is_a_scenario_or_one_named_error(text, v):
+    """Whatever the string, loading gives a scenario whose chunks hold every layer
+    once, in order, or a ScenarioError naming the key (never another exception)."""
+    keys = dict(schedule="interleaved", virtual_stages=v) if v > 1 else {}
+    try:
+        chunks = chunks_of(tiny(pipeline_layout=text, **keys))
+    except ScenarioError as error:
+        assert str(error).startswith("parallelism.pipeline_layout: "), error
+        return
+    assert len(chunks) == 2 * v and [n for r in chunks for n in r] == list(range(8))
