@@ -252,3 +252,11 @@ def test_any_layout_string_is_a_scenario_or_one_named_error(text, v):
         assert str(error).startswith("parallelism.pipeline_layout: "), error
         return
     assert len(chunks) == 2 * v and [n for r in chunks for n in r] == list(range(8))
+
+
+def test_an_empty_chunk_runs_the_same_rank_by_rank():
+    """The speed-ups the runner picks give the reference's run with an empty chunk."""
+    scenario = interleaved(pipeline_layout="Et*4||t*4|L")
+    full = {**copy.deepcopy(scenario), "simulation": {"symmetry": "full"}}
+    assert run(scenario).summary["iteration_time_s"] == pytest.approx(
+        run(full).summary["iteration_time_s"], rel=1e-12)
