@@ -22,6 +22,13 @@ MOE = {"layers": 4, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 512,
        "expert_ffn_hidden": 128, "routing": "balanced"}
 
 
+def exchanges(comms):
+    """The token exchanges of a run's communication log (not the counts before them,
+    ``expert.counts``)."""
+    return comms[(comms["group"] == "ep") & comms["name"].isin([expert.DISPATCH,
+                                                                 expert.COMBINE])]
+
+
 def scenario(**parallelism) -> dict:
     return {"name": "moe-tiny", "seed": 0,
             "cluster": {"preset": "dgx-h100", "nodes": 2},
@@ -95,7 +102,7 @@ def test_bad_expert_layouts_name_the_key(parallelism, model, match):
 def test_a_moe_layer_exchanges_tokens_and_reduces_experts_over_their_replicas():
     result = run(scenario(dp=16, ep=4, zero=1))
     comms = result.comms
-    a2a = comms[comms["group"] == "ep"]
+    a2a = exchanges(comms)
     # every rank routes its 128 tokens' 2 copies of 256 bf16 elements, both ways
     assert set(a2a["bytes"]) == {128 * 2 * 256 * 2}
     assert set(a2a["collective"]) == {"all_to_all"}
@@ -185,7 +192,7 @@ def test_an_imbalanced_moe_layer_runs_at_its_most_loaded_ranks_pace():
     assert skewed.summary["iteration_time_s"] > balanced.summary["iteration_time_s"]
     assert skewed.summary["moe_rank_imbalance"] > 1.1
     assert balanced.summary["moe_rank_imbalance"] == 1.0
-    a2a = skewed.comms[skewed.comms["group"] == "ep"]
+    a2a = exchanges(skewed.comms)
     assert a2a["bytes"].min() >= 128 * 2 * 256 * 2 < a2a["bytes"].max()
     assert_same_run(skewed, run({**raw, "simulation": {"symmetry": "full"}}))
 
@@ -244,7 +251,7 @@ def test_the_allgather_dispatcher_gathers_the_groups_tokens_and_scatters_the_out
     backward; the same expert compute as all-to-all."""
     raw = scenario(dp=16, ep=4, moe_token_dispatcher_type="allgather")
     result = run(raw)
-    ep = result.comms[result.comms["group"] == "ep"]
+    ep = exchanges(result.comms)
     assert set(ep["bytes"]) == {4 * 128 * 256 * 2}
     counts = {k: v for k, v in ep["collective"].value_counts().items() if v}
     assert counts == {"all_gather": 4 * 2 * 2 * 4, "reduce_scatter": 4 * 2 * 2 * 4}
@@ -380,7 +387,7 @@ def test_the_flex_dispatcher_sends_a_token_once_per_rank_holding_its_experts(rou
     raw = scenario(dp=16, ep=4, moe_token_dispatcher_type="flex")
     raw["model"]["routing"] = routing
     ep = run(raw).comms
-    ep = ep[ep["group"] == "ep"]
+    ep = exchanges(ep)
     assert set(ep["collective"]) == {"all_to_all"}
     assert ep["bytes"].iloc[0] == pytest.approx(128 * ranks * 256 * 2)
 

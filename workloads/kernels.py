@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.base.ir import ATTENTIONS, KernelClass
+from simulator.base.ir import ATTENTIONS, ROUTED_EXPERT, KernelClass
 from workloads.models import ModelSpec
 from workloads.precision import BF16_BYTES, FP32_BYTES, LowPrecision
 
@@ -286,7 +286,7 @@ def expert_rows(routed: int, local: int, factors=None) -> tuple[int, ...]:
 def is_expert(kernel: Kernel) -> bool:
     """A routed expert's kernel (``moe_kernels``): run at the busiest EP rank's load,
     its weights reduced over the expert-data-parallel group."""
-    return kernel.name.startswith("experts_")
+    return kernel.name.startswith(ROUTED_EXPERT)
 
 
 def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None

@@ -107,6 +107,9 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
             continue
         if what == "ep":  # (DeepEP's two hops at once: both after the same ops)
             after = b.after_compute()
+            for stream, group, kind, nbytes, name in expert.counts(ctx, item[1], forward):
+                after = (*after, b.collective(kind, nbytes, stream, group, phase, mb, layer,
+                                              deps=after, name=name))
             for stream, group, kind, nbytes, name in expert.hops(
                     ctx, item[1], forward, ctx.routing.exchange[layer][mb]):
                 b.collective(kind, nbytes, stream, group, phase, mb, layer, deps=after,

@@ -43,6 +43,9 @@ COPY_ENGINE_EXCHANGE = "userbuffers_exchange"
 # A backward GEMM split into its input and its weight gradient (delayed weight
 # gradients): the two ops' names end so; each is one kernel launch, not two.
 DGRAD, WGRAD = "_dgrad", "_wgrad"
+# A routed expert's kernels are named so (workloads.kernels.is_expert); the host waits
+# for the GPU before the first of a MoE layer's forward (compute.host.host_syncs).
+ROUTED_EXPERT = "experts_"
 # Background traffic's pacing ops (workloads.background): a fixed wait on the compute
 # stream between messages, not a kernel; the Gantt leaves them out.
 PACING = "background pacing"

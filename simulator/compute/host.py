@@ -19,6 +19,20 @@ without lead, so it charges at most a few launches per step too many; steps
 of one kind get the same durations, so they share one of the engine's replay
 templates (``engine.passes``).
 Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs.
+
+A host synchronisation drops the host's lead: before issuing the kernel after
+it the host waits for the GPU, ``r_{i-1} := max(r_{i-1}, g_{i-1})``, so that
+kernel and the short ones after it wait for their launches until the host
+gets ahead again. Megatron-Core's MoE dispatchers synchronise once in each
+MoE layer's forward, before the experts (``host_syncs``): the alltoall one
+waits for the token counts' copy to the host
+(``MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize`` at its
+``cuda_sync_point``, ``before_ep_alltoall`` with ep > 1, ``before_finish``
+without), which the all-to-all's split sizes and the grouped GEMM's
+``m_splits`` need; the allgather one copies its tokens per expert
+(``.cpu()`` in ``dispatch_postprocess``); DeepEP's dispatch (flex) spins on the
+host for its received counts. The backward's exchanges reuse the forward's
+counts: no synchronisation.
 """
 
 from __future__ import annotations
@@ -27,21 +41,41 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.base.ir import DGRAD, HOST_KERNELS, WGRAD, Op, OpKind, Phase
+from simulator.base.ir import DGRAD, HOST_KERNELS, ROUTED_EXPERT, WGRAD, Op, OpKind, Phase
 
 
-def race(durations: np.ndarray, launches: np.ndarray, per_launch: float) -> np.ndarray:
-    """Effective durations of kernels run in order as the host issues them.
+def race(durations: np.ndarray, launches: np.ndarray, per_launch: float,
+         syncs: np.ndarray | None = None) -> np.ndarray:
+    """Effective durations of kernels run in order as the host issues them; before
+    a kernel whose ``syncs`` is true the host first waits for the GPU.
 
     >>> race(np.array([1.0, 1.0, 10.0, 1.0]), np.array([1, 1, 1, 1]), 2.0).tolist()
     [3.0, 2.0, 11.0, 1.0]
+    >>> race(np.array([1.0, 1.0, 10.0, 1.0]), np.array([1, 1, 1, 1]), 2.0,
+    ...      np.array([False, False, False, True])).tolist()
+    [3.0, 2.0, 11.0, 3.0]
     """
-    issued = np.cumsum(launches * per_launch)
-    end, out = 0.0, np.empty_like(durations)
-    for i, (d, r) in enumerate(zip(durations.tolist(), issued.tolist(), strict=True)):
-        start = max(end, r)
+    waits = np.zeros(len(durations), bool) if syncs is None else syncs
+    issued, end, out = 0.0, 0.0, np.empty_like(durations)
+    for i, (d, n, wait) in enumerate(zip(durations.tolist(), (launches * per_launch).tolist(),
+                                         waits.tolist(), strict=True)):
+        issued = (max(issued, end) if wait else issued) + n
+        start = max(end, issued)
         out[i] = start + d - end
         end = start + d
+    return out
+
+
+def host_syncs(ops: Sequence[Op], compute: Sequence[int]) -> np.ndarray:
+    """Which of the kernels ``compute`` (indices into ``ops``, in order) the host
+    waits for the GPU before issuing: a MoE layer's first routed-expert kernel of a
+    forward (its dispatcher's copy of the token counts to the host)."""
+    out = np.zeros(len(compute), bool)
+    for n, i in enumerate(compute):
+        op = ops[i]
+        out[n] = op.phase is Phase.FORWARD and op.name.startswith(ROUTED_EXPERT) and not (
+            n and ops[compute[n - 1]].name.startswith(ROUTED_EXPERT)
+            and ops[compute[n - 1]].layer == op.layer)
     return out
 
 
@@ -63,6 +97,7 @@ def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
             launches = np.array([2 if ops[i].phase is Phase.BACKWARD and
                                  not ops[i].name.endswith((DGRAD, WGRAD)) else 1
                                  for i in compute])
-            stretched = done[key] = race(durations[compute], launches, per_launch)
+            stretched = done[key] = race(durations[compute], launches, per_launch,
+                                         host_syncs(ops, compute))
         out[compute] = stretched
     return out

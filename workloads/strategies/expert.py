@@ -251,6 +251,47 @@ def hops(ctx: Context, step: str, forward: bool, load: float
              f"{step}{RDMA_HOP}"), (EP_STREAM, NVL, kind, nbytes, step))
 
 
+COUNTS = "token_counts"  # the alltoall dispatcher's gather of tokens per expert
+COUNT_BYTES = 8  # int64: Megatron-Core's ``routing_map.sum(dim=0).long()``
+DEEPEP_COUNT_BYTES = 4  # int32 counters of DeepEP's notify_dispatch (deep_ep/buffer.py)
+
+
+def counts(ctx: Context, step: str, forward: bool) -> tuple[tuple[str, str, Collective,
+                                                                 float, str], ...]:
+    """(stream, group, collective, bytes, name) of the small exchanges that tell
+    each rank how many tokens it will receive, before a forward's dispatch (the
+    host then waits for them: ``compute.host``); none in a backward, whose
+    all-to-alls reuse the forward's split sizes, nor over one rank.
+
+    - ``alltoall`` (``MoEAlltoAllTokenDispatcher.preprocess``, Megatron-Core,
+      ``megatron/core/transformer/moe/token_dispatcher.py``): each rank's
+      ``num_local_tokens_per_expert`` (one int64 per expert) all-gathered over
+      the EP group (``gather_from_sequence_parallel_region``), copied to the host
+      for the all-to-all's ``input_splits``/``output_splits``;
+    - ``flex`` (DeepEP's ``notify_dispatch``, inside its dispatch): each peer
+      its local experts' counts and the rank's, int32: an all-to-all of
+      ``(experts + ep) x 4`` bytes a rank;
+    - ``allgather`` (``MoEAllGatherTokenDispatcher.token_dispatch``): the
+      routing map (bool) and the probabilities (the activations' type) of the
+      EP group's tokens, all-gathered before the tokens; the probabilities'
+      gradient is reduce-scattered back in the backward.
+    """
+    ep, m, sh = ctx.parallel.ep, ctx.model, ctx.shard
+    kind = ctx.parallel.moe_token_dispatcher_type
+    if step != DISPATCH or ep == 1 or (not forward and kind != "allgather"):
+        return ()
+    if kind == "alltoall":
+        return ((EP_STREAM, "ep", Collective.ALL_GATHER, ep * m.experts * COUNT_BYTES, COUNTS),)
+    if kind == "flex":
+        return ((EP_STREAM, "ep", Collective.ALL_TO_ALL,
+                 (m.experts + ep) * DEEPEP_COUNT_BYTES, COUNTS),)
+    scores = ep * (sh.tokens // sh.norm_split) * m.experts
+    probs = (EP_STREAM, "ep", Collective.ALL_GATHER if forward else Collective.REDUCE_SCATTER,
+             scores * sh.dtype_bytes, "routing_probs")
+    return ((EP_STREAM, "ep", Collective.ALL_GATHER, float(scores), "routing_map"), probs) \
+        if forward else (probs,)
+
+
 def load_factors(ctx: Context) -> tuple[dict, dict]:
     """(expert kernels', token exchanges') factors per MoE layer and micro-batch
     of the busiest rank's load over the mean rank's kept load (at least 1): what
