@@ -53,6 +53,7 @@ def test_a_case_takes_its_half_from_its_source(tmp_path):
     ({"source_id": "nope"}, r"case c1: source_id 'nope' is not declared under sources: "
                             r"\(declared: bench\)"),
     ({"source_id": None}, r"case 1 \(c1\): missing source_id"),
+    ({"source_id": ["bench"]}, r"case c1: source_id \['bench'\] is not declared"),
     ({"basis": "check"}, r"case c1: basis 'check' disagrees with its source 'bench', "
                          r"which is in the fit half"),
     ({"basis": "maybe"}, r"case c1: basis 'maybe' disagrees"),

@@ -116,7 +116,7 @@ def _source(key: str, raw: Any) -> Source:
 
 def _half(raw: Mapping[str, Any], name: str, sources: Mapping[str, Source]) -> Source:
     """The case's source, checked against what the case says of its half."""
-    source = sources.get(raw["source_id"])
+    source = sources.get(raw["source_id"]) if isinstance(raw["source_id"], str) else None
     if source is None:
         raise ValidationError(f"{name}: source_id {raw['source_id']!r} is not declared under "
                               f"sources: (declared: {', '.join(sorted(sources))})")
