@@ -260,3 +260,18 @@ def test_an_empty_chunk_runs_the_same_rank_by_rank():
     full = {**copy.deepcopy(scenario), "simulation": {"symmetry": "full"}}
     assert run(scenario).summary["iteration_time_s"] == pytest.approx(
         run(full).summary["iteration_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_an_empty_last_chunk_reduces_its_mtp_depths_gradients(moe):
+    """The MTP depth runs after the head in the last chunk; with that chunk empty
+    (``...|mL``, Megatron-Bridge's DeepSeek-V3 layout) its transformer layer's
+    gradients are the last chunk's to reduce, not the last layer's chunk's (the
+    build used to stop: ``gradients never reduced``)."""
+    model = {"mtp_layers": 1}
+    extra = {}
+    if moe:
+        model.update(experts=8, top_k=2, expert_ffn_hidden=256)
+        extra = {"ep": 4, "moe_overlap": "1f1b", "overlap_grad_reduce": False}
+    s = run(interleaved(model=model, pipeline_layout="Et*3|t*3|tt|mL", **extra)).summary
+    assert s["iteration_time_s"] > 0 and 0 < s["mfu"] < 1
