@@ -77,14 +77,16 @@ def delayed_wgrad(plan: list) -> list:
 
 def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, ...] = (),
                 mem_end: tuple = (), record: bool = False, fetch=None,
-                only: tuple[int, ...] | None = None, plan: tuple | None = None) -> None:
+                only: tuple[int, ...] | None = None, plan: tuple | None = None,
+                bucket: int | None = None) -> None:
     """One layer's forward (or backward) on one micro-batch, its first kernel
     after the ZeRO-3 ``gather``; ``fetch(layer, key)`` (DeepSpeed ZeRO-3's
     ``sharded.TensorFetcher.wait``) gives the all-gathers a kernel waits for, keyed
     by its plan position (``-1 - n`` in a backward); ``only``: the plan positions
     to run (a selective recompute's modules, ``Context.recomputed``); ``plan``: the
     items to run instead of the layer's pass plan (a zero-bubble split's:
-    ``dualpipe.split_weights``)."""
+    ``dualpipe.split_weights``); ``bucket``: the ``Stage.grads`` key of its recorded
+    gradients (default ``layer``; an MTP depth's: the head's, ``mtp.depths``)."""
     ctx = b.ctx
     phase = Phase.FORWARD if forward else Phase.BACKWARD
     plan = ctx.pass_plan(layer, forward) if plan is None else plan
@@ -132,7 +134,8 @@ def layer_pass(b: Stage, layer: int, mb: int, forward: bool, gather: tuple[int, 
         extra = ()
         if record and kernel.params:
             grads = b.expert_grads if what == "expert" else b.grads
-            grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
+            grads.setdefault(layer if bucket is None else bucket, []).append(
+                (i, ctx.plan.reduce_bytes * kernel.params))
 
 
 def chunk_layers_per_tensor(b: Stage, layers: range, mb: int, forward: bool,

@@ -42,25 +42,9 @@ def depths(b: Stage, mb: int, forward: bool, record: bool) -> None:
             _kernels(b, head, mb, True, record, ((held, "activations"),))
         else:
             _kernels(b, head[::-1], mb, False, record, ((-held, "activations"),))
-            marks = (len(b.grads.get(last, ())), len(b.expert_grads.get(last, ())))
-            layer_pass(b, last, mb, False, mem_end=((-kept, "activations"),), record=record)
-            _own_grads(b, last, marks)
+            layer_pass(b, last, mb, False, mem_end=((-kept, "activations"),), record=record,
+                       bucket=m.layers)  # (its module sits after the head: the head's bucket)
             _kernels(b, own[::-1], mb, False, record, ())
-
-
-def _own_grads(b: Stage, last: int, marks: tuple[int, int]) -> None:
-    """The gradients a depth's transformer layer just recorded (under the last
-    layer's key, past ``marks``) moved to the head's bucket, where the depth's
-    module is (Megatron-Core's MTP block sits after the head on the last
-    stage): its chunk reduces them even where the last layer is in another."""
-    head = b.ctx.model.layers
-    for grads, mark in zip((b.grads, b.expert_grads), marks, strict=True):
-        moved = grads.get(last, [])[mark:]
-        if moved:
-            del grads[last][mark:]
-            if not grads[last]:
-                del grads[last]
-            grads.setdefault(head, []).extend(moved)
 
 
 def _kernels(b: Stage, kernels: list, mb: int, forward: bool, record: bool,
