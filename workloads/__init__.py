@@ -1,5 +1,6 @@
 """What runs and how it is parallelised: models (``models``, ``hf_config``), kernels
-(``kernels``), how a model is trained (``training``, ``frameworks``,
+(``kernels``; the shared kinds and constructors: ``kernel_types``; the
+attention block's: ``attention_kernels``), how a model is trained (``training``, ``frameworks``,
 ``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
 ``dualpipe``, ``moe_overlap``), Megatron-Core's pipeline layout string
 (``pipeline_layout``), rank layout (``layout``), gradient buckets

@@ -14,112 +14,33 @@ fused (flash) attention's backward executes 2.5x, as it recomputes the scores.
 Element-wise kernels (norms, activations, residual adds, softmax/loss) are
 timed by bytes moved and contribute no model FLOPs.
 
-A ``Shard`` says how one rank's share is cut (Megatron-LM): tensor parallelism
-t splits the QKV/fc1 output columns and proj/fc2 input rows and the heads;
-sequence parallelism also splits the norms, dropouts and residuals along the
-sequence; context parallelism c splits the sequence for every token-wise op,
-while each rank's queries still attend to the whole sequence.
+``Shard``, ``Kernel`` and the shared constructors are ``workloads.kernel_types``'s,
+the attention block's kernels ``workloads.attention_kernels``'s (both
+re-exported here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from simulator.base.ir import ATTENTIONS, ROUTED_EXPERT, KernelClass
+from workloads.attention_kernels import (  # noqa: F401 (re-exported)
+    ATTENTION_BACKWARD_FACTOR,
+    CAUSAL,
+    attention_kernels,
+    mla_kernels,
+)
+from workloads.kernel_types import (  # noqa: F401 (re-exported)
+    Kernel,
+    Shard,
+    elementwise,
+    gemm,
+    linear,
+    low_precision,
+    quantize_kernel,
+)
 from workloads.models import ModelSpec
-from workloads.precision import BF16_BYTES, FP32_BYTES, LowPrecision
+from workloads.precision import FP32_BYTES
 
-ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T
 LOSS_BYTES = 4  # logits are upcast to fp32 for softmax / cross-entropy
-CAUSAL = 1  # decoder attention: each query sees the keys before it (attention shapes)
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One rank's cut of a layer: micro-batch, sequence, precision and degrees."""
-
-    micro_batch: int
-    seq: int
-    dtype_bytes: int = 2
-    tp: int = 1
-    cp: int = 1
-    sequence_parallel: bool = False
-    flash: bool = True  # fused attention; else two batched GEMMs around a softmax
-    lowp: LowPrecision | None = None  # the linear layers' low precision (workloads.precision)
-    fp8_attention: bool = False  # attention's core in FP8 (training.fp8_attention)
-
-    @property
-    def tokens(self) -> int:
-        """Tokens of one micro-batch this rank's GEMMs see."""
-        return self.micro_batch * self.seq // self.cp
-
-    @property
-    def norm_split(self) -> int:
-        """Split of norm/dropout/residual tensors (tp with sequence parallelism)."""
-        return self.tp if self.sequence_parallel else 1
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One forward kernel; ``params`` are the weights whose gradients it makes."""
-
-    name: str
-    cls: KernelClass
-    flops: float
-    bytes: float
-    shape: tuple[int, ...] | None = None  # GEMM (m, n, k[, rows per group]); attention's
-    params: int = 0
-    backward_bytes: float | None = None  # a cast's backward moves other bytes than its forward
-
-
-def gemm(name: str, m: int, n: int, k: int, dtype_bytes: int, bias: bool) -> Kernel:
-    """C[m,n] = A[m,k] @ W[k,n] (+ b): 2mnk FLOPs; reads A and W, writes C."""
-    params = k * n + (n if bias else 0)
-    moved = dtype_bytes * (m * k + k * n + m * n)
-    return Kernel(name, KernelClass.GEMM, 2.0 * m * n * k, moved, (m, n, k), params)
-
-
-def elementwise(name: str, elements_in: float, elements_out: float, dtype_bytes: int,
-                params: int = 0) -> Kernel:
-    return Kernel(name, KernelClass.ELEMENTWISE, 0.0,
-                  dtype_bytes * (elements_in + elements_out), None, params)
-
-
-def linear(name: str, m: int, n: int, k: int, sh: Shard, bias: bool,
-           norm_fed: bool = False) -> list[Kernel]:
-    """A linear layer's GEMM; under low precision (``sh.lowp``) its cast and the
-    GEMM at the format's peak (``low_precision``). ``norm_fed``: the input comes
-    from a norm, which writes its quantized copies itself (Transformer Engine's
-    LayerNormLinear)."""
-    kernel = gemm(name, m, n, k, sh.dtype_bytes, bias)
-    return [kernel] if sh.lowp is None else low_precision(kernel, m, k * n, sh.lowp, norm_fed)
-
-
-def low_precision(kernel: Kernel, m: int, weights: int, lowp: LowPrecision,
-                  norm_fed: bool = False) -> list[Kernel]:
-    """A GEMM ``kernel`` (m token rows, ``weights`` weight elements) under low
-    precision: its cast (``quantize_kernel``), then the GEMM at the format's peak
-    reading quantized operands and writing BF16."""
-    n, k = kernel.shape[1:3]
-    moved = lowp.recipe.quantized_bytes * (m * k + weights) + BF16_BYTES * m * n
-    return [quantize_kernel(kernel.name, m, n, k, lowp, norm_fed, weights),
-            replace(kernel, cls=KernelClass.LOWP_GEMM, bytes=moved)]
-
-
-def quantize_kernel(name: str, m: int, n: int, k: int, lowp: LowPrecision,
-                    norm_fed: bool = False, weights: int | None = None) -> Kernel:
-    """The casts of a low-precision GEMM C[m,n] = A[m,k] @ W[k,n]: forward, the
-    input A (``LowPrecision.reads``: a norm's output is read less) and the
-    weight's share of its one cast per iteration (``lowp.micro_batches``
-    forwards share it); backward, the output gradient dC, the weight-gradient
-    GEMM's operand (NVFP4: through the Hadamard transform). ``weights``: the
-    weight elements (a grouped GEMM's experts together; default k x n)."""
-    weights = k * n if weights is None else weights
-    forward = lowp.cast_bytes(m * k, lowp.reads(norm_fed)) + lowp.cast_bytes(
-        weights, lowp.reads()) / lowp.micro_batches
-    backward = lowp.cast_bytes(m * n, lowp.reads(), hadamard=True)
-    return Kernel(f"{name}_quantize", KernelClass.QUANTIZE, 0.0, forward, None, 0, backward)
-
 
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
@@ -165,34 +86,6 @@ def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel
         *linear("fc2", t, h, f // tp, sh, model.bias),
         elementwise("residual2", 2 * norm, norm, e),
     ]
-
-
-def mla_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
-    """Multi-head latent attention's projections (DeepSeek-AI 2024, DeepSeek-V2
-    Sec. 2.1; Megatron-Core's MLASelfAttention): the queries through a latent
-    of ``q_lora_rank`` (down-projection, RMSNorm, up-projection to every head's
-    no-position and rotary parts), the keys and values through one of
-    ``kv_lora_rank`` plus a rotary key shared by the heads (down-projection,
-    RMSNorm of the latent, up-projection to each head's key and value), then
-    rotary embedding of the queries' and keys' rotary parts. The
-    down-projections are whole on every tensor-parallel rank (Megatron's
-    duplicated linears, on the gathered sequence), the up-projections split by
-    heads."""
-    t, h, e, tp = sh.tokens, model.hidden, sh.dtype_bytes, sh.tp
-    heads, qk, rope = model.heads // tp, model.head_dim, model.qk_rope_head_dim
-    kv, q = model.kv_lora_rank, model.q_lora_rank
-    if q is None:
-        queries = linear("q_proj", t, heads * qk, h, sh, False, norm_fed=True)
-    else:
-        queries = [*linear("q_down", t, q, h, sh, False, norm_fed=True),
-                   elementwise("q_norm", t * q, t * q, e, q),
-                   *linear("q_up", t, heads * qk, q, sh, False, norm_fed=True)]
-    return [*queries,
-            *linear("kv_down", t, kv + rope, h, sh, False, norm_fed=True),
-            elementwise("kv_norm", t * kv, t * kv, e, kv),
-            *linear("kv_up", t, heads * (model.qk_nope_head_dim + model.v_head_dim), kv, sh,
-                    False, norm_fed=True),
-            elementwise("mla_rope", t * rope * (heads + 1), t * rope * (heads + 1), e)]
 
 
 def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[Kernel]:
@@ -287,42 +180,6 @@ def is_expert(kernel: Kernel) -> bool:
     """A routed expert's kernel (``moe_kernels``): run at the busiest EP rank's load,
     its weights reduced over the expert-data-parallel group."""
     return kernel.name.startswith(ROUTED_EXPERT)
-
-
-def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None
-                      ) -> list[Kernel]:
-    """The attention core: one fused kernel (FlashAttention, cuDNN), shaped
-    (micro-batch x local heads, queries, keys, head size, causal) for the
-    compute model's tables (``compute.attention``), or, unfused as in
-    Megatron-LM 2021, a batched QK^T GEMM, a softmax (with dropout) over the
-    s x s scores, and a batched GEMM with V, one GEMM per (sequence, head)
-    (a grouped shape: ``experts_gemm``). Both count 4 b s^2 h FLOPs (h: the
-    heads' width; their mean where queries and values differ in width, as
-    MLA's), causal masking or not; a sliding window of w keys (fused only)
-    4 b s min(s, w) h."""
-    t, e, tp = sh.tokens, sh.dtype_bytes, sh.tp
-    h = (model.heads * model.head_dim + model.attention_width) / 2
-    kv = model.kv_width
-    keys = sh.seq if window is None else min(sh.seq, window)
-    flops = 4.0 * t * keys * h / tp
-    heads, d = model.heads // tp, model.head_dim
-    batch = sh.micro_batch * heads  # one GEMM per (sequence, head)
-    queries = t // sh.micro_batch
-    if sh.flash:
-        nbytes = e * (t * 2 * h + sh.micro_batch * sh.seq * kv) / tp
-        cls = KernelClass.LOWP_ATTENTION if sh.fp8_attention else KernelClass.ATTENTION
-        return [Kernel("attention", cls, flops, nbytes, (batch, queries, keys, d, CAUSAL))]
-    scores = batch * queries * sh.seq
-    each = (queries,) * batch
-    dv, qk_share = model.value_dim, model.head_dim / (model.head_dim + model.value_dim)
-    qk = Kernel("attn_scores", KernelClass.GEMM, flops * qk_share,
-                e * batch * (queries * d + sh.seq * d + queries * sh.seq),
-                (batch * queries, sh.seq, d, *each))
-    softmax = elementwise("softmax", scores, 2 * scores, e)  # scores in; probs and mask out
-    av = Kernel("attn_values", KernelClass.GEMM, flops * (1 - qk_share),
-                e * batch * (queries * sh.seq + sh.seq * dv + queries * dv),
-                (batch * queries, dv, sh.seq, *each))
-    return [qk, softmax, av]
 
 
 def embedding_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
