@@ -1,7 +1,9 @@
 """What runs and how it is parallelised: models (``models``, ``hf_config``), kernels
 (``kernels``; the shared kinds and constructors: ``kernel_types``; the
-attention block's: ``attention_kernels``), how a model is trained (``training``, ``frameworks``,
-``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
+attention block's: ``attention_kernels``; norms, rotary embedding,
+bias-dropout-add, activations and the loss at their kernels' bytes:
+``elementwise_kernels``), the optimizer step's kernels (``optimizer_step``),
+how a model is trained (``training``, ``frameworks``, ``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
 ``dualpipe``, ``moe_overlap``), Megatron-Core's pipeline layout string
 (``pipeline_layout``), rank layout (``layout``), gradient buckets
 (``buckets``), MoE token routing (``routing``), offloading (``offload``),

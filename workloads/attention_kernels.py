@@ -8,6 +8,7 @@ its forward FLOPs, as it recomputes the scores (Dao 2023, FlashAttention-2).
 from __future__ import annotations
 
 from simulator.base.ir import KernelClass
+from workloads import elementwise_kernels as E
 from workloads.kernel_types import Kernel, Shard, elementwise, linear
 from workloads.models import ModelSpec
 
@@ -22,7 +23,9 @@ def mla_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
     no-position and rotary parts), the keys and values through one of
     ``kv_lora_rank`` plus a rotary key shared by the heads (down-projection,
     RMSNorm of the latent, up-projection to each head's key and value), then
-    rotary embedding of the queries' and keys' rotary parts. The
+    rotary embedding of the queries' and keys' rotary parts (its backward
+    moving the forward's bytes, as TE's fused RoPE; the latents' RMSNorms at
+    TE's norm bytes, ``elementwise_kernels.norm``). The
     down-projections are whole on every tensor-parallel rank (Megatron's
     duplicated linears, on the gathered sequence), the up-projections split by
     heads."""
@@ -33,14 +36,15 @@ def mla_kernels(model: ModelSpec, sh: Shard) -> list[Kernel]:
         queries = linear("q_proj", t, heads * qk, h, sh, False, norm_fed=True)
     else:
         queries = [*linear("q_down", t, q, h, sh, False, norm_fed=True),
-                   elementwise("q_norm", t * q, t * q, e, q),
+                   E.norm("q_norm", t, q, e, False),
                    *linear("q_up", t, heads * qk, q, sh, False, norm_fed=True)]
     return [*queries,
             *linear("kv_down", t, kv + rope, h, sh, False, norm_fed=True),
-            elementwise("kv_norm", t * kv, t * kv, e, kv),
+            E.norm("kv_norm", t, kv, e, False),
             *linear("kv_up", t, heads * (model.qk_nope_head_dim + model.v_head_dim), kv, sh,
                     False, norm_fed=True),
-            elementwise("mla_rope", t * rope * (heads + 1), t * rope * (heads + 1), e)]
+            elementwise("mla_rope", t * rope * (heads + 1), t * rope * (heads + 1), e,
+                        backward_bytes=2 * e * t * rope * (heads + 1))]  # (as ``E.rope``)
 
 
 def attention_kernels(model: ModelSpec, sh: Shard, window: int | None = None

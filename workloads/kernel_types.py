@@ -30,6 +30,8 @@ class Shard:
     flash: bool = True  # fused attention; else two batched GEMMs around a softmax
     lowp: LowPrecision | None = None  # the linear layers' low precision (workloads.precision)
     fp8_attention: bool = False  # attention's core in FP8 (training.fp8_attention)
+    dropout: float = 0.0  # hidden dropout's probability (training.hidden_dropout)
+    fused_loss: bool = True  # Megatron-Core's fused cross entropy (else its unfused kernels)
 
     @property
     def tokens(self) -> int:

@@ -22,6 +22,7 @@ re-exported here).
 from __future__ import annotations
 
 from simulator.base.ir import ATTENTIONS, ROUTED_EXPERT, KernelClass
+from workloads import elementwise_kernels as E
 from workloads.attention_kernels import (  # noqa: F401 (re-exported)
     ATTENTION_BACKWARD_FACTOR,
     CAUSAL,
@@ -39,8 +40,6 @@ from workloads.kernel_types import (  # noqa: F401 (re-exported)
 )
 from workloads.models import ModelSpec
 from workloads.precision import FP32_BYTES
-
-LOSS_BYTES = 4  # logits are upcast to fp32 for softmax / cross-entropy
 
 
 def layer_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
@@ -66,26 +65,37 @@ def _window(model: ModelSpec, layer: int | None) -> int | None:
 
 
 def _dense_layer(model: ModelSpec, sh: Shard, window: int | None) -> list[Kernel]:
-    """A dense layer's kernels; ``window``: sliding-window attention's keys."""
+    """A dense layer's kernels; ``window``: sliding-window attention's keys. The
+    norms, rotary embedding (standard attention without learned positions),
+    bias-dropout-adds and activation at their kernels' bytes
+    (``workloads.elementwise_kernels``)."""
     t, h, f, e, tp = sh.tokens, model.hidden, model.ffn_hidden, sh.dtype_bytes, sh.tp
     qkv_out = (model.heads + 2 * model.kv_heads) * model.head_dim
-    norm_params = 2 * h if model.bias else h
     up = 2 * f if model.mlp.gated else f
-    norm = t * h / sh.norm_split
+    rows = t / sh.norm_split
     qkv = mla_kernels(model, sh) if model.mla else linear(
-        "qkv", t, qkv_out // tp, h, sh, model.bias, norm_fed=True)
+        "qkv", t, qkv_out // tp, h, sh, model.bias, norm_fed=True) + _rope(model, sh)
     return [
-        elementwise("ln1", norm, norm, e, norm_params),
+        E.norm("ln1", rows, h, e, model.bias),
         *qkv,
         *attention_kernels(model, sh, window),
         *linear("proj", t, h, model.attention_width // tp, sh, model.bias),
-        elementwise("residual1", 2 * norm, norm, e),
-        elementwise("ln2", norm, norm, e, norm_params),
+        E.bias_dropout_add("residual1", rows * h, h, e, model.bias, sh.dropout),
+        E.norm("ln2", rows, h, e, model.bias),
         *linear("fc1", t, up // tp, h, sh, model.bias, norm_fed=True),
-        elementwise("act", t * up / tp, t * f / tp, e),
+        E.activation("act", t, f / tp, e, model.mlp.gated, model.bias),
         *linear("fc2", t, h, f // tp, sh, model.bias),
-        elementwise("residual2", 2 * norm, norm, e),
+        E.bias_dropout_add("residual2", rows * h, h, e, model.bias, sh.dropout),
     ]
+
+
+def _rope(model: ModelSpec, sh: Shard) -> list[Kernel]:
+    """Rotary embedding of this rank's queries and keys, where the model has no
+    learned position table."""
+    if model.learned_positions:
+        return []
+    d = model.head_dim
+    return [E.rope("rope", sh, model.heads // sh.tp * d, max(model.kv_heads // sh.tp, 1) * d, d)]
 
 
 def moe_kernels(model: ModelSpec, sh: Shard, ep: int = 1, etp: int = 1) -> list[Kernel]:
@@ -208,17 +218,12 @@ def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
     t, h = sh.tokens, model.hidden
     v = (vocab or model.vocab) // sh.tp
-    norm_params = 2 * h if model.bias else h
     logits = gemm("logits", t, v, h, sh.dtype_bytes, bias=False)
     owns = (not model.tied_embeddings) if owns_logits is None else owns_logits
     if not owns:
         logits = Kernel(logits.name, logits.cls, logits.flops, logits.bytes, logits.shape, 0)
-    norm = t * h / sh.norm_split
-    return [
-        elementwise("final_ln", norm, norm, sh.dtype_bytes, norm_params),
-        logits,
-        Kernel("loss", KernelClass.ELEMENTWISE, 0.0, LOSS_BYTES * 3 * t * v),
-    ]
+    return [E.norm("final_ln", t / sh.norm_split, h, sh.dtype_bytes, model.bias), logits,
+            E.loss(t * v, sh.fused_loss)]
 
 
 def mtp_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,

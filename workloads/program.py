@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from simulator.base.ir import DP_STREAM, TP_STREAM, Collective, KernelClass, Phase, Program
+from simulator.base.ir import TP_STREAM, Collective, Phase, Program
 from workloads import dualpipe, moe_overlap, mtp, offload, precision, recompute, stamping
 from workloads import kernels as K
 from workloads import routing as routes
@@ -29,10 +29,10 @@ from workloads.layer_passes import chunk_layers, layer_pass, pass_plan
 from workloads.layout import Layout, parse_order
 from workloads.memory import Recompute
 from workloads.models import ModelSpec, padded_vocab
-from workloads.precision import AMAX_BYTES_PER_GEMM
+from workloads.optimizer_step import amax_reduction, optimizer_pass
 from workloads.schedules import ALL, INPUT, WEIGHT, Step, steps_for, warmups
 from workloads.stage import Context, LayoutError, Stage, kernel_cost
-from workloads.stage_memory import stage_lowp, stage_param_split, static_memory
+from workloads.stage_memory import stage_param_split, static_memory
 from workloads.strategies import context, data, expert, pipeline, sharded, tensor
 from workloads.training import ParallelSpec, TrainingSpec
 
@@ -41,8 +41,6 @@ __all__ = ["LayoutError", "build_program", "check"]
 STRATEGIES = (tensor, context, data, pipeline, sharded, expert)  # groups and checks, in order
 DIMENSIONS = tuple(d for strategy in STRATEGIES for d in strategy.DIMENSIONS)  # declared once each
 
-
-ADAM_BYTES_PER_PARAM = 28  # read fp32 master, m, v and the grad; write them and the weight
 
 def _embedding(b: Stage, mb: int, forward: bool, record: bool,
                unit: int | None = None, fetcher: sharded.TensorFetcher | None = None,
@@ -215,32 +213,12 @@ def _finish_stage(b: Stage) -> None:
     dense, experts = stage_param_split(ctx, b.stage)
     edp = expert.expert_data_parallel(ctx.parallel)
     owned = dense / (ctx.shards if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)
-    on_gpu, on_host = offload.optimizer_split(ctx.training, owned)
-    optimizer = K.Kernel("optimizer", KernelClass.ELEMENTWISE, 0.0,
-                         ADAM_BYTES_PER_PARAM * on_gpu)
     assert not b.grads and not b.expert_grads and not b.held, "gradients never reduced"
     dualpipe.mirror_reduce(b, owned)
     b.ready = list(b.reduces)
     amax_reduction(b)
-    back = offload.host_step(b, on_host, ADAM_BYTES_PER_PARAM)
-    b.compute(optimizer, Phase.OPTIMIZER, -1, -1, 0.0, optimizer.bytes)
-    if back is not None:  # the host's updated parameters, cast on the GPU
-        cast = offload.cast_kernel(on_host, ctx.training.dtype_bytes)
-        b.compute(cast, Phase.OPTIMIZER, -1, -1, 0.0, cast.bytes, extra=(back,))
+    optimizer_pass(b, owned)
     data.gather_updated_parameters(b, dense, experts)
-
-
-def amax_reduction(b: Stage) -> None:
-    """Delayed scaling's amax all-reduce (Transformer Engine reduces the amaxes of
-    every FP8 tensor over the data-parallel replicas, so their scales agree): one
-    small call per iteration before the step, three FP32 amaxes a GEMM, blocking."""
-    ctx = b.ctx
-    recipe = ctx.training.recipe
-    if recipe is None or recipe.name != "delayed" or ctx.parallel.dp * ctx.parallel.cp == 1:
-        return
-    gemms = stage_lowp(ctx, b.stage)[1]
-    b.collective(Collective.ALL_REDUCE, AMAX_BYTES_PER_GEMM * gemms, DP_STREAM, ctx.dp_group,
-                 Phase.OPTIMIZER, -1, -1, name="amax_all_reduce")
 
 
 STAMP = True  # steps of one kind copied from the first (tests turn it off to compare)
@@ -337,7 +315,8 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     micro_batches = parallel.micro_batches(training)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention,
-                    training.low_precision(micro_batches), training.fp8_attention)
+                    training.low_precision(micro_batches), training.fp8_attention,
+                    training.hidden_dropout, parallel.fused_loss)
     sequence = _layer_sequence(model, shard, parallel, None)
     kinds = {}
     for n in range(model.layers):  # each other kind of layer: its own plans, made once

@@ -68,6 +68,11 @@ class TrainingSpec:
     # the recompute selective; selective alone re-runs core_attn
     recompute_modules: tuple = setting(choices(RECOMPUTE_MODULES, "a module"), ())
     flash_attention: bool = setting(boolean, True)  # fused attention: no score matrix stored
+    # dropout's probability on the hidden state after attention and MLP (Megatron's
+    # --hidden-dropout; > 0 writes and reads a one-byte mask in bias-dropout-add).
+    # Default 0: what NeMo's and Megatron-Bridge's GPT and Llama configs, llm-foundry's
+    # MPT configs and Llama's own train with (Megatron-Core's own default is 0.1)
+    hidden_dropout: float = setting(number(0.0, 0.99), 0.0)
     # which fused attention kernel (simulator.compute.attention): auto is the framework's
     # on the GPU; unfused is flash_attention: false (two GEMMs around a softmax)
     attention_kernel: str = setting(choice(["auto", "flash2", "flash3", "cudnn", "triton",
@@ -302,6 +307,12 @@ class ParallelSpec:
             return False
         version = self.fsdp.version or (2 if self.framework is Framework.TORCHTITAN else 1)
         return version == 2
+
+    @property
+    def fused_loss(self) -> bool:
+        """Whether the cross entropy runs Megatron-Core's fused kernels (NeMo's and
+        Megatron-Bridge's ``cross_entropy_loss_fusion``; elsewhere unfused passes)."""
+        return self.framework is Framework.MEGATRON
 
     @property
     def reduces_every_micro_batch(self) -> bool:

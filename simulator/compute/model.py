@@ -33,6 +33,8 @@ from simulator.base.ir import ATTENTIONS, GEMMS, HOST_KERNELS, KernelClass, Op, 
 from simulator.compute.attention import AttentionModel, model_for, resolve
 from simulator.compute.gemm import TileModel
 from simulator.compute.table import for_gpu
+from workloads.elementwise_kernels import OVERHEADS
+from workloads.optimizer_step import STEP_KERNELS
 from workloads.precision import ATTENTION_PEAK, ELEMENT_BYTES, high_precision, is_low
 
 
@@ -116,6 +118,7 @@ class ComputeModel:
         if any(self.attention.extrapolated(*shape) for shape in shapes):
             out += (" (extrapolated past the published sequences: the longest's rate above, "
                     "a rate falling with the sequence below)")
+        out += overheads(ops)
         if self.lowp_peak:
             out += (f"; low-precision GEMMs at {self.lowp_peak / 1e12:g} TFLOP/s with "
                     f"{self.lowp_gemm:g} of BF16's efficiency by shape, casts at "
@@ -208,3 +211,14 @@ class ComputeModel:
                     seconds = memo[key] = self.duration(op)
                 out[i] = seconds
         return np.array(out, dtype=float)
+
+
+def overheads(ops: tuple[Op, ...]) -> str:
+    """The summary's words on the memory-bound kernels timed at their framework
+    kernels' bytes (``workloads.elementwise_kernels``) and the optimizer step's
+    kernels (``workloads.optimizer_step``) that ``ops`` has; "" for none."""
+    names = {op.name for op in ops if op.kind is OpKind.COMPUTE}
+    layer = [n for n in OVERHEADS if n in names]
+    step = [n for n in STEP_KERNELS if n in names]
+    out = f"; {', '.join(layer)} at their kernels' bytes (TE, Megatron-Core)" if layer else ""
+    return out + (f"; optimizer step as {' + '.join(step)}" if step else "")
