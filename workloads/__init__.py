@@ -3,8 +3,9 @@
 attention block's: ``attention_kernels``; norms, rotary embedding,
 bias-dropout-add, activations and the loss at their kernels' bytes:
 ``elementwise_kernels``), the optimizer step's kernels (``optimizer_step``),
-how a model is trained (``training``, ``frameworks``, ``precision``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
-``dualpipe``, ``moe_overlap``), Megatron-Core's pipeline layout string
+how a model is trained (``training``, ``frameworks``, ``precision``), memory
+(``memory``, ``stage_memory``), schedules (``schedules``, ``dualpipe``,
+``moe_overlap``), Megatron-Core's pipeline layout string
 (``pipeline_layout``), rank layout (``layout``), gradient buckets
 (``buckets``), MoE token routing (``routing``), offloading (``offload``),
 recompute by module (``recompute``), multi-token prediction (``mtp``), one
