@@ -32,6 +32,9 @@ class Shard:
     fp8_attention: bool = False  # attention's core in FP8 (training.fp8_attention)
     dropout: float = 0.0  # hidden dropout's probability (training.hidden_dropout)
     fused_loss: bool = True  # Megatron-Core's fused cross entropy (else its unfused kernels)
+    # bytes of the main_grad element a weight-gradient GEMM accumulates into in place
+    # (Megatron's gradient_accumulation_fusion; 0: it writes its own gradient)
+    main_grad_bytes: int = 0
 
     @property
     def tokens(self) -> int:
@@ -77,9 +80,33 @@ def linear(name: str, m: int, n: int, k: int, sh: Shard, bias: bool,
     """A linear layer's GEMM; under low precision (``sh.lowp``) its cast and the
     GEMM at the format's peak (``low_precision``). ``norm_fed``: the input comes
     from a norm, which writes its quantized copies itself (Transformer Engine's
-    LayerNormLinear)."""
+    LayerNormLinear). Its backward accumulates into ``main_grad`` where the
+    shard says so (``accumulating``)."""
     kernel = gemm(name, m, n, k, sh.dtype_bytes, bias)
-    return [kernel] if sh.lowp is None else low_precision(kernel, m, k * n, sh.lowp, norm_fed)
+    kernels = [kernel] if sh.lowp is None else low_precision(kernel, m, k * n, sh.lowp,
+                                                             norm_fed)
+    return [*kernels[:-1], accumulating(kernels[-1], sh)]
+
+
+def accumulating(kernel: Kernel, sh: Shard) -> Kernel:
+    """A GEMM whose weight-gradient GEMM accumulates into the ``main_grad``
+    buffer in place (Megatron-Core's ``gradient_accumulation_fusion``: TE's
+    ``fuse_wgrad_accumulation``, a cuBLAS GEMM with beta = 1, and
+    ``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32`` for the logits):
+    it reads and writes the k x n gradient at ``sh.main_grad_bytes`` (FP32: 4)
+    instead of writing it at the weight's bytes, which twice the forward's
+    bytes would count.
+
+    >>> accumulating(gemm("g", 8, 4, 2, 2, False), Shard(8, 8, main_grad_bytes=4)).backward_bytes
+    272.0
+    """
+    if not sh.main_grad_bytes or kernel.shape is None:
+        return kernel
+    k, n = kernel.shape[2], kernel.shape[1]
+    weight_bytes = (sh.lowp.recipe.quantized_bytes if kernel.cls is KernelClass.LOWP_GEMM
+                    else sh.dtype_bytes)
+    extra = (2 * sh.main_grad_bytes - weight_bytes) * k * n
+    return replace(kernel, backward_bytes=2.0 * kernel.bytes + extra)
 
 
 def low_precision(kernel: Kernel, m: int, weights: int, lowp: LowPrecision,

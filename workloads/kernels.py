@@ -21,6 +21,8 @@ re-exported here).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.base.ir import ATTENTIONS, ROUTED_EXPERT, KernelClass
 from workloads import elementwise_kernels as E
 from workloads.attention_kernels import (  # noqa: F401 (re-exported)
@@ -32,6 +34,7 @@ from workloads.attention_kernels import (  # noqa: F401 (re-exported)
 from workloads.kernel_types import (  # noqa: F401 (re-exported)
     Kernel,
     Shard,
+    accumulating,
     elementwise,
     gemm,
     linear,
@@ -218,10 +221,10 @@ def head_kernels(model: ModelSpec, micro_batch: int | Shard, seq: int = 0,
     sh = micro_batch if isinstance(micro_batch, Shard) else Shard(micro_batch, seq, dtype_bytes)
     t, h = sh.tokens, model.hidden
     v = (vocab or model.vocab) // sh.tp
-    logits = gemm("logits", t, v, h, sh.dtype_bytes, bias=False)
+    logits = accumulating(gemm("logits", t, v, h, sh.dtype_bytes, bias=False), sh)
     owns = (not model.tied_embeddings) if owns_logits is None else owns_logits
     if not owns:
-        logits = Kernel(logits.name, logits.cls, logits.flops, logits.bytes, logits.shape, 0)
+        logits = replace(logits, params=0)  # (its gradient still accumulated: the tied weight's)
     return [E.norm("final_ln", t / sh.norm_split, h, sh.dtype_bytes, model.bias), logits,
             E.loss(t * v, sh.fused_loss)]
 

@@ -312,11 +312,12 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
     scenario's, for MoE routing draws)."""
     check(model, training, parallel)
     vocab = padded_vocab(model.vocab, parallel.tp)
-    micro_batches = parallel.micro_batches(training)
+    micro_batches, plan = parallel.micro_batches(training), parallel.gradient_plan(training)
     shard = K.Shard(training.micro_batch, training.seq_len, training.dtype_bytes, parallel.tp,
                     parallel.cp, parallel.sequence_parallel, training.flash_attention,
                     training.low_precision(micro_batches), training.fp8_attention,
-                    training.hidden_dropout, parallel.fused_loss)
+                    training.hidden_dropout, parallel.megatron_fusions,
+                    plan.reduce_bytes if parallel.megatron_fusions else 0)
     sequence = _layer_sequence(model, shard, parallel, None)
     kinds = {}
     for n in range(model.layers):  # each other kind of layer: its own plans, made once
@@ -334,8 +335,8 @@ def make_context(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
              (((False, False), passes), *kinds.items())} if training.rerun else {}
     return Context(model, training, parallel, shard, vocab,
                    dualpipe.chunks(parallel, pipeline.virtual_stage_layers(model, parallel)),
-                   micro_batches, "dp", sharded.shard_size(parallel), passes,
-                   parallel.gradient_plan(training), kinds, routing, again)
+                   micro_batches, "dp", sharded.shard_size(parallel), passes, plan, kinds,
+                   routing, again)
 
 
 def build_program(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec,

@@ -239,8 +239,8 @@ def kernel_cost(kernel: K.Kernel, backward: bool, training: TrainingSpec) -> tup
     attention core's forward inside its backward (Korthikanti et al. 2022)."""
     if not backward:
         return kernel.flops, kernel.bytes
-    if kernel.backward_bytes is not None:  # a low-precision cast: the output gradient's
-        return 0.0, kernel.backward_bytes
+    if kernel.backward_bytes is not None:  # its own (a cast's, a norm's, an accumulating GEMM's)
+        return K.backward_flops(kernel), kernel.backward_bytes
     flops, nbytes = K.backward_flops(kernel), 2.0 * kernel.bytes
     if kernel.name in UNFUSED_ATTENTION and "core_attn" in training.modules:
         flops, nbytes = flops + kernel.flops, nbytes + kernel.bytes

@@ -309,9 +309,11 @@ class ParallelSpec:
         return version == 2
 
     @property
-    def fused_loss(self) -> bool:
-        """Whether the cross entropy runs Megatron-Core's fused kernels (NeMo's and
-        Megatron-Bridge's ``cross_entropy_loss_fusion``; elsewhere unfused passes)."""
+    def megatron_fusions(self) -> bool:
+        """Whether the run has Megatron-Core's fused kernels: the cross entropy's
+        (NeMo's and Megatron-Bridge's ``cross_entropy_loss_fusion``) and the weight
+        gradients accumulated by their GEMMs into ``main_grad`` (Megatron-LM's
+        ``gradient_accumulation_fusion``, on unless ``--no-gradient-accumulation-fusion``)."""
         return self.framework is Framework.MEGATRON
 
     @property
