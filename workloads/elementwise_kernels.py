@@ -59,7 +59,7 @@ from workloads.precision import FP32_BYTES
 # TE's norm backward: one FP32 partial dgamma row per CTA, ctas_per_col =
 # multiprocessorCount x ctas_per_sm (ln_bwd_semi_cuda_kernel.cu, launch_tuned_):
 # 132, an H100 SXM's SMs at one CTA each, stands for every GPU (108 to 148 SMs:
-# the partials are ~1 % of a norm backward's bytes at 8k tokens of 4096).
+# the partials are ~2 % of a norm backward's bytes at 8k tokens of 4096).
 NORM_PARTIALS = 132
 MEMORY = KernelClass.ELEMENTWISE  # timed by its bytes
 # the kernels this module makes (the run's compute_model line names those a program has)
