@@ -165,3 +165,19 @@ def test_hidden_dropout_writes_its_mask_and_is_checked():
     assert dropped.bytes == pytest.approx(plain.bytes * (1 + 1 / 6))  # 1 byte on 3 x 2
     with pytest.raises(ScenarioError, match="training.hidden_dropout"):
         _program(hidden_dropout=1.0)
+
+
+def test_the_loss_all_reduces_over_tensor_parallel_ranks():
+    """Megatron-Core's fused cross entropy all-reduces the FP32 maxima, then the
+    target logits and exp-sums concatenated: two calls of 4 and 8 bytes a token
+    (unfused: three of 4)."""
+    scenario = copy.deepcopy(TINY)
+    scenario["model"] = {"preset": "llama3-8b", "layers": 2}
+    scenario["training"].update(seq_len=1024, global_batch=16)
+    scenario["parallelism"] = {"tp": 2}
+    s = from_dict(scenario)
+    ops = build_program(s.model, s.training, s.parallel, s.seed).ops[0]
+    loss = [n for n, op in enumerate(ops) if op.name == "loss" and op.phase is Phase.FORWARD][0]
+    calls = [op.bytes for op in ops[loss + 1:loss + 3]]
+    assert calls == [4 * 1024, 8 * 1024]
+    assert [op.name for op in ops[loss + 1:loss + 3]] == ["all_reduce", "all_reduce"]

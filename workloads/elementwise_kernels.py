@@ -47,7 +47,8 @@ rank's tensor. Sources, per kernel:
   ``cross_entropy_loss_fusion``, on in NeMo's and Megatron-Bridge's
   ``GPTConfig``): cast and max in one kernel (6N), subtraction, exp and sum in
   one (8N), the division (8N): 22N; backward one kernel, multiply and cast
-  (6N). The per-token maxima and sums are all-reduced over tp (the program's).
+  (6N). The per-token maxima, target logits and sums are all-reduced over tp
+  (``loss_all_reduces``: three calls, or two fused; the program issues them).
 """
 
 from __future__ import annotations
@@ -152,3 +153,14 @@ def loss(logits: float, fused: bool) -> Kernel:
         UNFUSED_LOSS_FORWARD, UNFUSED_LOSS_BACKWARD)
     return Kernel("loss", MEMORY, 0.0, float(forward * logits),
                   None, 0, float(backward * logits))
+
+
+def loss_all_reduces(fused: bool) -> tuple[int, ...]:
+    """Bytes a token of each tensor-parallel all-reduce of the cross entropy:
+    the FP32 maxima, then the target logits and the exp-sums, in one call when
+    fused (``torch.cat`` of the two), in two unfused.
+
+    >>> loss_all_reduces(True), loss_all_reduces(False)
+    ((4, 8), (4, 4, 4))
+    """
+    return (FP32_BYTES, 2 * FP32_BYTES) if fused else (FP32_BYTES,) * 3

@@ -25,6 +25,7 @@ from simulator.base.ir import TP_STREAM, Collective, Phase, Program
 from workloads import dualpipe, moe_overlap, mtp, offload, precision, recompute, stamping
 from workloads import kernels as K
 from workloads import routing as routes
+from workloads.elementwise_kernels import loss_all_reduces
 from workloads.layer_passes import chunk_layers, layer_pass, pass_plan
 from workloads.layout import Layout, parse_order
 from workloads.memory import Recompute
@@ -83,7 +84,7 @@ def _embedding(b: Stage, mb: int, forward: bool, record: bool,
 def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = None,
           fetcher: sharded.TensorFetcher | None = None, owns: bool = False) -> None:
     """Final norm, vocabulary-parallel logits and cross-entropy (with its small
-    tensor-parallel all-reduces of per-token maxima and sums); ``unit``: its ZeRO-3
+    tensor-parallel all-reduces, ``loss_all_reduces``); ``unit``: its ZeRO-3
     gather; ``owns``: whether it is a ZeRO-3 unit, freed after use (under
     ``fsdp.no_sync`` after the last backward) and reduce-scattered after a
     recorded backward; ``fetcher``: DeepSpeed ZeRO-3's, which gathers and releases
@@ -114,8 +115,9 @@ def _head(b: Stage, mb: int, forward: bool, record: bool, unit: int | None = Non
         i = b.compute(kernel, phase, mb, layer, flops, nbytes, mem=mem, extra=extra)
         if record and kernel.params:
             b.grads.setdefault(layer, []).append((i, ctx.plan.reduce_bytes * kernel.params))
-        if kernel.name == "loss" and forward and sh.tp > 1:
-            b.collective(Collective.ALL_REDUCE, 3 * 4 * sh.tokens, TP_STREAM, "tp", phase, mb,
+        for each in loss_all_reduces(sh.fused_loss) if (
+                kernel.name == "loss" and forward and sh.tp > 1) else ():
+            b.collective(Collective.ALL_REDUCE, each * sh.tokens, TP_STREAM, "tp", phase, mb,
                          layer)
     if forward:
         mtp.depths(b, mb, True, record)
