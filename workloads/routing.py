@@ -57,7 +57,7 @@ from workloads.models import ModelSpec
 # coefficient of variation of the experts' popularity (``measured``): the gamma spread whose
 # expected max over 64 experts is the MaxVio_global of Wang et al. 2024 Table 2 (above):
 # 0.62 (the auxiliary loss: 0.72 at 1B, 0.52 at 3B) -> 0.23; 0.04 (loss-free) -> 0.017
-# (the Table's figures as quoted in issue 56's work; re-check them against the paper)
+# (figures quoted from memory of Table 2, the paper not re-read: check them against it)
 LOAD_CV = {True: 0.23, False: 0.017}  # by router_aux_loss
 ROUTING_SEED = 17  # separates routing draws from other seeded streams (jitter)
 GRAIN = 128  # factors rounded to 1/128 of the balanced share (within 0.4 %): calls of
