@@ -46,7 +46,7 @@ def test_a_moe_job_beside_another_prints_its_summary(tmp_path, capsys, order):
     path = write(tmp_path, jobs_scenario({name: models[name] for name in order}))
     assert main(["run", path, "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "experts uniform, busiest rank x" in out  # the MoE job's own line
+    assert "experts measured, busiest rank x" in out  # the MoE job's own line (the default routing)
     jobs = {j["name"]: j for j in json.loads((tmp_path / "r/summary.json").read_text())["jobs"]}
     assert jobs["moe"]["moe_imbalance_s"] >= 0 and "moe_routing" not in jobs["dense"]
 

@@ -164,7 +164,7 @@ def test_a_dense_model_keeps_its_program():
 def test_routing_draws_are_seeded_and_skew_raises_the_imbalance():
     from workloads.models import ModelSpec
     from workloads.routing import draw
-    base = ModelSpec("m", 4, 256, 4, 4, 512, 1024, experts=64, top_k=8)
+    base = ModelSpec("m", 4, 256, 4, 4, 512, 1024, experts=64, top_k=8, routing="uniform")
     uniform = draw(base, 8, 4096 * 8, 16, seed=3)
     again, other = draw(base, 8, 4096 * 8, 16, seed=3), draw(base, 8, 4096 * 8, 16, seed=4)
     assert all((a == b).all() for a, b in zip(uniform.scale.values(), again.scale.values(),

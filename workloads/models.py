@@ -64,9 +64,10 @@ class ModelSpec:
     # the load-balancing loss over the router's probabilities (Megatron-Core's default
     # --moe-router-load-balancing-type aux_loss; false: none, or aux-loss-free biases)
     router_aux_loss: bool = setting(boolean, True)
-    # how tokens spread over the experts (``workloads.routing``), seeded by the scenario
-    routing: str = setting(choice(["uniform", "balanced", "round_robin", "zipf", "histogram"]),
-                           "uniform")
+    # how tokens spread over the experts (``workloads.routing``), seeded by the scenario;
+    # measured: trained routers' expert loads (Wang et al. 2024), by router_aux_loss
+    routing: str = setting(choice(["measured", "uniform", "balanced", "round_robin", "zipf",
+                                   "histogram"]), "measured")
     routing_skew: float = setting(number(0.0), 1.0)  # zipf: popularity ~ 1 / rank^skew
     # histogram: each expert's share of the tokens, one row for every MoE layer or one per
     # MoE layer in order (read from model.routing_histogram by the scenario loader)

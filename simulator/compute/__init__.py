@@ -1,5 +1,6 @@
 """Kernel durations: the roofline compute model (``model``), GEMMs by their output
-tiles (``gemm``), fused attention by kernel and shape (``attention``),
+tiles (``gemm``), a MoE layer's grouped GEMMs at few tokens per expert per GPU
+generation (``grouped``), fused attention by kernel and shape (``attention``),
 corrections from a measured kernel table (``table``; the file read and checked
 by ``kernel_file``), host-bound launches (``host``), compute slowed beside NCCL
 kernels (``contention``), seeded jitter and its slowest-member approximation

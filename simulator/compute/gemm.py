@@ -31,8 +31,11 @@ roofline takes the larger).
 
 A grouped GEMM (the experts of a MoE layer, ``groups`` row counts) is one
 persistent kernel over every group's tiles: each group pays its own tile
-quantization (an expert of 200 tokens fills two 128-row tiles, 56 rows
-wasted), then the tiles share the SMs as one GEMM's do.
+quantization at the generation's grouped tile (``group_rows``: an expert of 200
+tokens fills two 128-row tiles on Hopper, 56 rows wasted, and one 256-row
+2-SM tile on Blackwell, also 56; one of 300 tokens wastes 84 rows on Hopper
+and 212 on Blackwell), then the tiles share the SMs as one GEMM's do. Its time
+against its operands' streaming is ``compute.grouped``'s.
 
 ``eff`` is the GPU file's ``gemm_efficiency``: the tensor cores' sustained
 share of their peak inside a tile, from published large-GEMM throughput.
@@ -59,6 +62,9 @@ class TileModel:
     sms: int
     efficiency: float
     stream_k: bool = True  # Hopper and later; Ampere's cuBLAS runs whole waves of tiles
+    # rows a grouped GEMM pads each group to (``compute.grouped.GROUP_ROWS``: 128 on
+    # Ampere and Hopper, 256 on Blackwell's 2-SM tiles)
+    group_rows: int = TILE_M
 
     def seconds(self, m: float, n: float, k: float, peak: float, element_bytes: float = 2.0,
                 groups: tuple[int, ...] = ()) -> float:
@@ -82,7 +88,9 @@ class TileModel:
         per_k = 2.0 * TILE_M * TILE_N / (peak / self.sms * self.efficiency)
         best = math.inf
         for tm, tn in ((TILE_M, TILE_N), (TILE_N, TILE_M)):  # the kernel's better orientation
-            rows = sum(math.ceil(g / tm) for g in groups) if groups else math.ceil(m / tm)
+            pad = max(tm, self.group_rows)  # a group's rows, in whole grouped tiles
+            rows = sum(math.ceil(g / pad) for g in groups) * (pad // tm) if groups \
+                else math.ceil(m / tm)
             tiles = rows * math.ceil(n / tn)
             if self.stream_k:
                 spread = min(self.sms, tiles * max(1.0, k / least))  # SMs sharing the k-steps

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from simulator.base.ir import ATTENTIONS, GEMMS, HOST_KERNELS, KernelClass, Op, OpKind, Phase
+from simulator.compute import grouped
 from simulator.compute.attention import AttentionModel, model_for, resolve
 from simulator.compute.gemm import TileModel
 from simulator.compute.table import for_gpu
@@ -75,7 +76,8 @@ class ComputeModel:
                        gpu.gemm_half_dim, gpu.attention_efficiency, gpu.memory_efficiency,
                        gpu.kernel_overhead, assumed=gpu.efficiencies_assumed,
                        host_link=host_link, host_memory=host_memory,
-                       tiles=TileModel(gpu.sms, gpu.gemm_efficiency, gpu.architecture != "ampere")
+                       tiles=TileModel(gpu.sms, gpu.gemm_efficiency, gpu.architecture != "ampere",
+                                       grouped.group_rows(gpu.architecture))
                        if gpu.sms else None,
                        attention=model_for(gpu, attention) if attention and gpu.sms else None)
         if is_low(precision):
@@ -111,6 +113,8 @@ class ComputeModel:
         else:
             out = f"roofline (efficiencies assumed: {self.assumed})" if self.assumed \
                 else "roofline"
+        if self.tiles is not None and any(self.is_grouped(op) for op in ops):
+            gemms += f" ({grouped.describe(self.tiles.group_rows)})"
         out += f"; {gemms}; " + (self.attention.describe() if self.attention else
                                   "attention at a constant efficiency")
         shapes = {(op.shape, op.phase is Phase.BACKWARD) for op in ops
@@ -162,6 +166,11 @@ class ComputeModel:
             seconds = self.tiles.seconds(m, n, k, peak, size, groups)
         return flops / (self.peak(op) * seconds) if seconds > 0 else 1.0
 
+    @staticmethod
+    def is_grouped(op: Op) -> bool:
+        """A grouped GEMM: its shape lists its experts' rows (``experts_gemm``)."""
+        return op.kernel in GEMMS and op.shape is not None and len(op.shape) > 3
+
     def peak(self, op: Op) -> float:
         """The dense FLOP/s ``op`` runs at: its format's."""
         if op.kernel is KernelClass.LOWP_GEMM:
@@ -181,7 +190,11 @@ class ComputeModel:
         if op.kernel in ATTENTIONS and self.attention is not None and op.shape:
             return max(self.attention_seconds(op), t_memory) + self.kernel_overhead
         t_flops = op.flops / (self.peak(op) * self.efficiency(op)) if op.flops else 0.0
-        seconds = max(t_flops, t_memory) + self.kernel_overhead
+        if self.tiles is not None and self.is_grouped(op):  # experts' operands (compute.grouped)
+            t_stream = op.bytes / (self.hbm_bandwidth * grouped.STREAM_EFFICIENCY)
+            seconds = grouped.seconds(t_flops, t_stream) + self.kernel_overhead
+        else:
+            seconds = max(t_flops, t_memory) + self.kernel_overhead
         return seconds if self.table is None else seconds * math.exp(
             self.table.log_correction(op))
 
