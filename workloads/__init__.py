@@ -1,6 +1,7 @@
 """What runs and how it is parallelised: models (``models``, ``hf_config``), kernels
 (``kernels``), how a model is trained (``training``, ``frameworks``,
-``precision``; what Megatron-Core's CUDA graph scopes capture: ``cuda_graphs``), memory (``memory``, ``stage_memory``), schedules (``schedules``,
+``precision``; what Megatron-Core's CUDA graph scopes capture: ``cuda_graphs``),
+memory (``memory``, ``stage_memory``), schedules (``schedules``,
 ``dualpipe``, ``moe_overlap``), Megatron-Core's pipeline layout string
 (``pipeline_layout``), rank layout (``layout``), gradient buckets
 (``buckets``), MoE token routing (``routing``), offloading (``offload``),
