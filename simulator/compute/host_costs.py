@@ -42,6 +42,14 @@ launches, Python-side module overheads, per-expert loops and CUDA graphs.
   lead: one launch each exposed. The loss's NaN check after every micro-batch's
   forward (``pretrain_gpt.loss_func``, ``--check-for-nan-in-loss-and-grad`` on by
   default) falls at a step's end, which ``race`` already starts without lead.
+
+Not modelled: the same flag's NaN check of each gradient bucket's norm before
+its reduction in the last micro-batch's backward (``check_grads`` in
+``megatron/core/distributed/param_and_grad_buffer.py``: a sync per bucket), the
+per-expert quantisation of FP8 and MXFP8 grouped GEMMs' inputs (one launch per
+expert's split), Grace hosts' slower Python (TE issue #2053 measures TE's
+``Linear`` 2.7 times ``torch.nn.Linear``'s CPU time on GB200 and GH200: a scenario
+can say so with a larger ``kernel_launch``).
 """
 
 from __future__ import annotations
