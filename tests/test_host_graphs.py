@@ -112,6 +112,7 @@ def test_module_overheads_are_the_published_cpu_times_per_forward():
     assert plan.eager(qkv) == pytest.approx(115e-6)  # TE PR #1191: TEColumnParallelLinear
     assert plan.eager(logits) == pytest.approx(74e-6)  # ... Megatron-Core ColumnParallelLinear
     assert plan.eager(router) == pytest.approx(L)  # torch.nn.functional.linear: one launch
+    assert plan.eager(op("attn_scores", kernel=GEMM)) == pytest.approx(L)  # torch.baddbmm
     torch = H.HostPlan(L, "pytorch").eager(qkv)
     assert torch == pytest.approx(13.48e-6, rel=0.01)  # TE #2053: torch.nn.Linear on DGX H100
     assert plan.eager(op("qkv", phase=Phase.BACKWARD, kernel=GEMM)) == pytest.approx(2 * L)

@@ -66,7 +66,9 @@ REFERENCE_LAUNCH = 13.6e-6  # the default kernel_launch, on the hosts measured b
 TE_LINEAR_FORWARD = 115e-6  # TE PR #1191: TEColumnParallelLinear forward, CPU time, BF16, TP 1
 MCORE_LINEAR_FORWARD = 74e-6  # TE PR #1191: Megatron-Core ColumnParallelLinear forward
 GRAPH_REGION_LAUNCHES = 2  # TE graph.py Graphed: copy_ into the static input, replay()
-TORCH_LINEARS = ("router",)  # TopKRouter.gating: torch.nn.functional.linear
+# not TE modules: TopKRouter.gating (torch.nn.functional.linear) and unfused attention's
+# batched GEMMs (torch.baddbmm, torch.bmm in Megatron-Core's DotProductAttention)
+TORCH_LINEARS = ("router", "attn_scores", "attn_values")
 MCORE_LINEARS = ("logits",)  # GPTModel.output_layer: tensor_parallel.ColumnParallelLinear
 MODULE_FRAMEWORKS = ("megatron",)  # frameworks whose linear layers are TE modules
 
