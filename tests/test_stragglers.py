@@ -32,11 +32,11 @@ def test_no_slow_parts_runs_as_before():
 
 def test_a_slow_gpu_takes_longer_for_each_kernel_and_holds_its_groups_back():
     """GPU 5 at x1.5: its compute takes 1.5 times its tensor-parallel partner's
-    (kernels from CUDA graphs: no host launch floor, which a slow GPU would not
-    change), and the iteration is slower than without it."""
+    (no host launch cost, which a slow GPU would not change), and the iteration is
+    slower than without it."""
     def one(**cluster):
         raw = scenario(**cluster)
-        raw["training"]["cuda_graphs"] = True
+        raw["training"]["kernel_launch"] = "0 us"
         return run(raw)
     slow, fast = one(slow={"gpu 5": 1.5}), one()
     assert compute_time(slow, 5) == pytest.approx(1.5 * compute_time(slow, 4), rel=0.02)

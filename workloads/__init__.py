@@ -3,7 +3,8 @@
 attention block's: ``attention_kernels``; norms, rotary embedding,
 bias-dropout-add, activations and the loss at their kernels' bytes:
 ``elementwise_kernels``), the optimizer step's kernels (``optimizer_step``),
-how a model is trained (``training``, ``frameworks``, ``precision``), memory
+how a model is trained (``training``, ``frameworks``, ``precision``; what
+Megatron-Core's CUDA graph scopes capture: ``cuda_graphs``), memory
 (``memory``, ``stage_memory``), schedules (``schedules``, ``dualpipe``,
 ``moe_overlap``), Megatron-Core's pipeline layout string
 (``pipeline_layout``), rank layout (``layout``), gradient buckets

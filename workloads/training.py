@@ -20,6 +20,7 @@ from simulator.base.fields import (
     quantity,
     setting,
 )
+from workloads.cuda_graphs import scope_list
 from workloads.frameworks import (
     DEEPSPEED_PERSISTENCE_ELEMENTS,
     DEEPSPEED_PREFETCH_ELEMENTS,
@@ -80,9 +81,16 @@ class TrainingSpec:
     # host time to issue one kernel (PyTorch eager dispatch and launch): within a
     # pipeline step the GPU cannot run kernels faster than the host issues them
     # (simulator.compute.host). Default: the launch floor of the reference H100
-    # kernel tables, 13.6 us (compute.kernel_file.launch_floor); CUDA graphs: 0.
+    # kernel tables, 13.6 us (compute.kernel_file.launch_floor), as TE issue #2053 measures
+    # torch.nn.Linear's forward on a DGX H100's host (13.48 us CPU a call)
     kernel_launch: float = setting(quantity(units.Dimension.TIME, positive=False), 13.6e-6)
-    cuda_graphs: bool = setting(boolean, False)  # one graph per step: no per-kernel launch
+    # CUDA graphs (Megatron-Core's --cuda-graph-impl): captured kernels cost no launch, one
+    # graph launch per captured region (workloads.cuda_graphs); alone: every layer whole
+    cuda_graphs: bool = setting(boolean, False)
+    # what the graphs capture, Megatron-Core's --cuda-graph-scope values (with cuda_graphs):
+    # full (every layer whole, the default), attn, mlp, moe, moe_router, moe_preprocess
+    # (per layer, as a list), or full_iteration (the whole forward-backward)
+    cuda_graph_scope: tuple = setting(scope_list, ())
     # CPU offloading (Megatron-Core/Transformer Engine): the first N transformer layers
     # of each stage keep their saved activations in host memory, copied out after their
     # forward and back before their backward on the offload stream (workloads.offload)
@@ -106,11 +114,6 @@ class TrainingSpec:
         """The modules whose forward a backward re-runs as a pass of its own (all
         but core_attn, which the attention's backward re-runs inside itself)."""
         return self.modules - {"core_attn"}
-
-    @property
-    def host_launch(self) -> float:
-        """Seconds of host time per kernel launch (0 with CUDA graphs)."""
-        return 0.0 if self.cuda_graphs else self.kernel_launch
 
     @property
     def dtype_bytes(self) -> int:

@@ -128,7 +128,7 @@ ROWS: tuple[tuple[str, str], ...] = (
      'calls crossed it); empty when every span on the path took within 1 % of its ideal'),
     ('`host_stall_s`',
      "compute-stream time the critical rank's kernels wait for the host to launch them "
-     '(`training.kernel_launch`; in `compute_s`)'),
+     '(`training.kernel_launch`, module overheads, graph launches, host syncs; in `compute_s`)'),
     ('`overlap_slowdown`, `overlap_slowdown_s`',
      'how compute slowed by overlapped NCCL kernels was solved ("x1.189 while NCCL runs; 3 '
      'passes, exact (a fixed point)" or "settled: the last pass moved the iteration time '
@@ -140,7 +140,10 @@ ROWS: tuple[tuple[str, str], ...] = (
      'attention by shape from GPU\'s rows (sources)", noting when the run\'s sequences left '
      'the published grid, or "attention at a constant efficiency"); under low precision '
      "also the format's peak, its efficiency relative to BF16's and the casts' share of "
-     'the streaming bandwidth'),
+     'the streaming bandwidth; then the host\'s mechanisms ("host: L us a kernel launch", '
+     'the framework\'s module overheads, the CUDA graph scope, the host syncs: '
+     '`compute.host_costs`) and, where kernels waited for their launches, "host-bound: N % '
+     'of the critical rank\'s kernel time"'),
     ('`simulated_ranks`',
      'ranks simulated (fewer than `gpus` when symmetry lets one process stand for several)'),
     ('`simulation`, `simulation_exact`',

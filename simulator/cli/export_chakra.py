@@ -60,6 +60,7 @@ def _jobs(scenario, out: Path) -> int:
     """Each training job's program into ``out``/NAME (background traffic has no
     Chakra form: it stays in the scenario)."""
     from simulator.base.chakra import write
+    from simulator.compute.host_costs import HostPlan
     from simulator.compute.model import ComputeModel
     from simulator.runner.setup import durations_of
     from workloads.program import build_program
@@ -78,7 +79,7 @@ def _jobs(scenario, out: Path) -> int:
                                           scenario.machine.cluster.host_rates())
         recorded = job.workload is not None and job.workload.recorded
         timed = job.workload.trace.durations.__getitem__ if recorded else durations_of(
-            program, model, job.training.host_launch)
+            program, model, HostPlan.of(job.training, job.parallel.framework.value))
         folder = options.inside(out, job.name, "--out")
         files = write(program, timed, folder,
                       _facts(scenario.source["jobs"][job.name], job.workload, job.name))

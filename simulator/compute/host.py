@@ -1,24 +1,26 @@
 """Host-bound kernels: the GPU cannot run kernels faster than the host issues them.
 
 PyTorch issues every kernel from the host (dispatch, then ``cudaLaunchKernel``):
-``training.kernel_launch`` seconds each, none with CUDA graphs. The host runs
+``training.kernel_launch`` seconds each, plus the framework's Python module
+code, none for kernels a CUDA graph replays (``compute.host_costs``: how many
+seconds each kernel costs the host, per framework and graph scope). The host runs
 ahead of the GPU while kernels are longer than that and falls behind while they
 are shorter, so a run of short kernels (a small micro-batch, a high tensor
 parallel degree, element-wise ops) leaves the GPU idle between them.
 
 Within one pipeline step (``Program.steps``: one forward or backward of one
 micro-batch through one chunk) the host and the GPU race from a common start:
-kernel i is issued at ``r_i = r_{i-1} + launches_i * L`` and ends at
+kernel i is issued at ``r_i = r_{i-1} + h_i`` (``h_i``: its host seconds) and ends at
 ``g_i = max(g_{i-1}, r_i) + d_i``; its effective duration is ``g_i - g_{i-1}``.
-A forward kernel is one launch, a backward one two (input and weight
-gradients, or FlashAttention's backward kernels), or one for each half of a
-GEMM whose weight gradient is delayed (``ir.DGRAD``, ``ir.WGRAD``). The race
+The race
 ignores the lead
 the host gains while the GPU waits for communication, and starts each step
 without lead, so it charges at most a few launches per step too many; steps
 of one kind get the same durations, so they share one of the engine's replay
 templates (``engine.passes``).
-Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs.
+Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs,
+but for the optimizer's first, which waits one launch for each of the host's
+synchronisations before it (Megatron-Core's gradient norm, ``host_costs``).
 
 A host synchronisation drops the host's lead: before issuing the kernel after
 it the host waits for the GPU, ``r_{i-1} := max(r_{i-1}, g_{i-1})``, so that
@@ -32,7 +34,8 @@ without), which the all-to-all's split sizes and the grouped GEMM's
 ``m_splits`` need; the allgather one copies its tokens per expert
 (``.cpu()`` in ``dispatch_postprocess``); DeepEP's dispatch (flex) spins on the
 host for its received counts. The backward's exchanges reuse the forward's
-counts: no synchronisation.
+counts: no synchronisation. Where a CUDA graph replays the experts (drop-and-pad
+MoE) there is no copy to wait for.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.base.ir import DGRAD, HOST_KERNELS, ROUTED_EXPERT, WGRAD, Op, OpKind, Phase
+from simulator.base.ir import HOST_KERNELS, ROUTED_EXPERT, Op, OpKind, Phase
+from simulator.compute.host_costs import HostPlan
 
 
 def race(durations: np.ndarray, launches: np.ndarray, per_launch: float,
@@ -80,10 +84,13 @@ def host_syncs(ops: Sequence[Op], compute: Sequence[int]) -> np.ndarray:
 
 
 def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
-               per_launch: float) -> np.ndarray:
+               host: HostPlan | float) -> np.ndarray:
     """``durations`` with each step's compute kernels stretched where the host
-    falls behind (the same for every step of one kind)."""
-    if per_launch <= 0 or not steps:
+    falls behind (the same for every step of one kind), and the optimizer's
+    first kernel after the host's synchronisations (``host``: the job's
+    ``HostPlan``, or seconds per launch for an eager PyTorch host)."""
+    plan = host if isinstance(host, HostPlan) else HostPlan(float(host))
+    if plan.idle or not steps:
         return durations
     out = durations.copy()
     done: dict[object, np.ndarray] = {}
@@ -94,10 +101,21 @@ def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
             continue
         stretched = done.get(key)
         if stretched is None or len(stretched) != len(compute):
-            launches = np.array([2 if ops[i].phase is Phase.BACKWARD and
-                                 not ops[i].name.endswith((DGRAD, WGRAD)) else 1
-                                 for i in compute])
-            stretched = done[key] = race(durations[compute], launches, per_launch,
-                                         host_syncs(ops, compute))
+            seconds, inside = plan.host_seconds(ops, compute)
+            syncs = host_syncs(ops, compute) & ~inside
+            stretched = done[key] = race(durations[compute], seconds, 1.0, syncs)
         out[compute] = stretched
-    return out
+    return _after_syncs(ops, out, plan)
+
+
+def _after_syncs(ops: Sequence[Op], durations: np.ndarray, plan: HostPlan) -> np.ndarray:
+    """The optimizer's first GPU kernel waits one launch per host synchronisation
+    before it (``HostPlan.optimizer_syncs``: the host's lead is gone)."""
+    if not plan.optimizer_syncs:
+        return durations
+    first = next((i for i, op in enumerate(ops) if op.phase is Phase.OPTIMIZER
+                  and op.kind is OpKind.COMPUTE and op.kernel not in HOST_KERNELS), None)
+    if first is not None:
+        durations[first] = race(durations[first:first + 1], np.array([plan.optimizer_syncs]),
+                                plan.kernel_launch)[0]
+    return durations

@@ -10,6 +10,7 @@ from simulator.base import footprint
 from simulator.base.fields import ScenarioError, fail, integer, schema_of, section
 from simulator.compute.attention import FP8_KERNELS, available, resolve
 from topologies import GpuSpec
+from workloads import cuda_graphs
 from workloads.frameworks import Framework
 from workloads.memory import Recompute
 from workloads.models import ModelSpec
@@ -162,9 +163,28 @@ def check_layout(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpe
         raise fail(f"parallelism.{given[0]}", raw_parallel[given[0]],
                    "needs a model with experts (model.experts > 0)")
     footprint.check_layout(model.layers, parallel.micro_batches(training))
+    check_cuda_graphs(model, training)
     try:
         check(model, training, parallel)
     except (LayoutError, ScheduleError) as error:
         raise ScenarioError(str(error) if str(error).startswith(("model.", "training.",
                                                                  "parallelism"))
                             else f"parallelism.schedule: {error}") from None
+
+
+def check_cuda_graphs(model: ModelSpec, training: TrainingSpec) -> None:
+    """``training.cuda_graph_scope`` needs ``cuda_graphs: true`` and a scope that
+    Megatron-Core allows for this model (``workloads.cuda_graphs.refusal``)."""
+    scope = training.cuda_graph_scope
+    if scope and not training.cuda_graphs:
+        raise fail("training.cuda_graph_scope", list(scope),
+                   "needs training.cuda_graphs: true (without graphs nothing is captured)")
+    if not training.cuda_graphs:
+        return
+    moe = model.experts > 0
+    why = cuda_graphs.refusal(
+        scope, moe, any(not model.is_moe_layer(n) for n in range(model.layers)),
+        model.capacity_factor is None, training.recompute is Recompute.FULL,
+        training.activation_offload_layers > 0)
+    if why:
+        raise fail("training.cuda_graph_scope", list(scope) or ["full"], why)

@@ -52,6 +52,7 @@ from simulator.base.ir import (
 from simulator.collectives.tuner import isolated_time
 from simulator.compute import stragglers
 from simulator.compute.host import host_bound
+from simulator.compute.host_costs import HostPlan
 from simulator.compute.jitter import mean_factor
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
@@ -208,8 +209,9 @@ class Estimator:
         events = [(float(i), delta, what) for i, op in enumerate(ops) for delta, what in op.mem]
         peak, breakdown = peak_memory(static, events)
         rank = layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": stage})
+        host = HostPlan.of(scenario.training, ctx.parallel.framework.value)
         kernels = host_bound(ops, b.steps, self.model.durations(ops) * self.slowest,
-                             scenario.training.host_launch) * mean_factor(scenario.compute_jitter)
+                             host) * mean_factor(scenario.compute_jitter)
         peer = layout.rank({"tp": 0, "cp": 0, "dp": 0,
                             "pp": stage + 1 if stage + 1 < ctx.parallel.pp else stage - 1})
         seconds = np.array([self._op_seconds(op, rank, peer, groups) if op.kind is not

@@ -24,6 +24,7 @@ from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import moe_keys, summarize
 from simulator.base import footprint
 from simulator.base.ir import BG_STREAM, Program
+from simulator.compute.host_costs import HostPlan
 from simulator.compute.model import ComputeModel
 from workloads.background import PACING, background_program, messages
 from workloads.jobs import Placed, leading, merge, rank_order
@@ -84,7 +85,9 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
             model = ComputeModel.for_training(scenario.gpu, p.job.training,
                                               p.job.parallel.framework.value,
                                               scenario.machine.cluster.host_rates())
-            per_job.append(make(program, model, p.job.training.host_launch, speed))
+            per_job.append(make(program, model, HostPlan.of(p.job.training,
+                                                              p.job.parallel.framework.value),
+                                 speed))
         else:
             per_job.append(_pacing(program, p.job.background.period))
     firsts = np.array([p.first for p in placed])
@@ -146,7 +149,9 @@ def compute_model(placed: Sequence[Placed], model: ComputeModel, ops) -> str:
     if all(p.job.workload is not None and p.job.workload.recorded
            for p in placed if p.job.background is None):
         return "recorded durations of the traces (workload.durations: recorded)"
-    return model.describe(ops)
+    lead = next(p for p in placed if p.job.background is None)
+    return (f"{model.describe(ops)}; "
+            + HostPlan.of(lead.job.training, lead.job.parallel.framework.value).describe(ops))
 
 
 def training_ranks(placed: Sequence[Placed]) -> int:

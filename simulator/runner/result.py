@@ -251,6 +251,13 @@ def _expanded(setup: Setup, result, spans: pd.DataFrame) -> tuple[pd.DataFrame, 
     return spans, result.expand
 
 
+def _host_share(stall: float, kernels: float) -> str:
+    """The share of the critical rank's kernel time spent waiting for launches."""
+    if stall <= 0 or kernels <= 0:
+        return ""
+    return f"; host-bound: {100 * stall / kernels:.1f} % of the critical rank's kernel time"
+
+
 def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.DataFrame,
          critical: int) -> dict:
     """The summary's keys on how the run was made: what was simulated, the compute
@@ -258,11 +265,13 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     program, placed, fabric = setup.program, setup.placed, setup.fabrics.fabric
     ranks, durations = result.ranks, setup.durations
     note, exact = symmetry.describe(method, len(ranks), program.ranks, result.inexact)
-    durations(critical)  # (computed for every simulated program)
+    kernels = float(durations(critical).sum())  # (computed for every simulated program)
+    stall = durations.host_stall(critical)
     faults = fabric.graph.graph.get("faults")
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
-                compute_model=jobs.compute_model(placed, setup.model, program.ops[critical]),
-                host_stall_s=durations.host_stall(critical),
+                compute_model=jobs.compute_model(placed, setup.model, program.ops[critical])
+                + _host_share(stall, kernels),
+                host_stall_s=stall,
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),
                 **_model_keys(jobs.lead_notes(placed),

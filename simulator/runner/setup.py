@@ -20,6 +20,7 @@ from simulator.base.ir import HOST_KERNELS, Program
 from simulator.collectives.states import FabricStates
 from simulator.compute import stragglers, throttle
 from simulator.compute.host import host_bound
+from simulator.compute.host_costs import HostPlan
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
 from simulator.runner import jobs, symmetry
@@ -91,13 +92,13 @@ def compute_model(scenario: Scenario) -> ComputeModel:
                                      scenario.machine.cluster.host_rates())
 
 
-def durations_of(program: Program, model: ComputeModel, per_launch: float = 0.0,
-               speed=None):
+def durations_of(program: Program, model: ComputeModel, host: HostPlan | float = 0.0,
+                 speed=None):
     """A function rank -> compute duration of each of its ops without jitter
     (shared by the ranks of one program and speed), kernels slowed by the rank's
     GPU's ``speed`` factor (``compute.stragglers``; None: all 1), host-bound
-    kernels stretched (``compute.host``: ``per_launch`` seconds of host time per
-    kernel, which a slow GPU does not change)."""
+    kernels stretched (``compute.host``: the job's ``HostPlan``, or seconds of
+    host time per kernel, which a slow GPU does not change)."""
     base: dict[tuple, Any] = {}
     stalls: dict[tuple, float] = {}
 
@@ -112,7 +113,7 @@ def durations_of(program: Program, model: ComputeModel, per_launch: float = 0.0,
             kernels = model.durations(ops)
             if k[1] != 1.0:  # a slow GPU's kernels; its copies and host work keep their pace
                 kernels *= np.where([op.kernel in HOST_KERNELS for op in ops], 1.0, k[1])
-            base[k] = host_bound(ops, steps, kernels, per_launch)
+            base[k] = host_bound(ops, steps, kernels, host)
             stalls[k] = float(base[k].sum() - kernels.sum())
         return base[k]
 
