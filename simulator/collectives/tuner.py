@@ -4,7 +4,9 @@
 considers every (algorithm, protocol) that can run it (``simulator.collectives.algorithms``,
 ``simulator.collectives.nccl``), prices each on the idle fabric exactly (max-min fair
 rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
-picks the lowest modelled time. Either choice can be forced
+picks the lowest modelled time (NVLS all-gather and reduce-scatter only where
+they also beat the ring priced as NCCL's model prices it: ``unchosen_nvls``).
+Either choice can be forced
 (``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
 on the shared network (so concurrent calls contend) followed by its latency.
 
