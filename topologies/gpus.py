@@ -42,6 +42,9 @@ class GpuSpec:
     nvlink_generation: int = 0  # 0: not stated in the file
     nvlink_bandwidth: float = 0.0  # bytes/s per GPU per direction (the datasheet's total / 2)
     power_watts: float = 0.0  # maximum board power (TDP); 0: not stated
+    # exponentials per second of the special function units (MUFU.EX2), what
+    # fused attention's softmax runs on (``simulator.compute.attention``); 0: not stated
+    exponentials_per_s: float = 0.0
     # where the efficiencies come from when no measurement of this GPU does (the
     # summary's compute_model says so): "" for fitted ones
     efficiencies_assumed: str = ""
@@ -131,12 +134,13 @@ def _sms(value: object, path: Path) -> int:
 
 
 def _interconnect(raw: Mapping, path: Path) -> dict:
-    """The file's optional NVLink generation and per-direction bandwidth and its
-    power, checked (positive where given)."""
+    """The file's optional NVLink generation and per-direction bandwidth, its
+    power and its exponential rate, checked (positive where given)."""
     nvlink = raw.get("nvlink", {}) or {}
     out = {"nvlink_generation": nvlink.get("generation", 0),
            "nvlink_bandwidth": nvlink.get("bytes_per_s_per_direction", 0.0),
-           "power_watts": raw.get("power_watts", 0.0)}
+           "power_watts": raw.get("power_watts", 0.0),
+           "exponentials_per_s": raw.get("exponentials_per_s", 0.0)}
     for key, value in out.items():
         try:  # (YAML reads 9.0e11, without an exponent sign, as text)
             number = float(value) if not isinstance(value, bool) else math.nan

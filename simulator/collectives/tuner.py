@@ -4,7 +4,9 @@
 considers every (algorithm, protocol) that can run it (``simulator.collectives.algorithms``,
 ``simulator.collectives.nccl``), prices each on the idle fabric exactly (max-min fair
 rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
-picks the lowest modelled time. Either choice can be forced
+picks the lowest modelled time (NVLS all-gather and reduce-scatter only where
+they also beat the ring priced as NCCL's model prices it: ``unchosen_nvls``).
+Either choice can be forced
 (``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
 on the shared network (so concurrent calls contend) followed by its latency.
 
@@ -58,8 +60,9 @@ class Lowered:
 
 CANDIDATES = {
     Collective.ALL_REDUCE: (Algorithm.NVLS, Algorithm.RING, Algorithm.TREE, Algorithm.COLLNET),
-    Collective.ALL_GATHER: (Algorithm.RING, Algorithm.PAT),
-    Collective.REDUCE_SCATTER: (Algorithm.RING, Algorithm.PAT),
+    # NVLS last: on equal times the ring is taken (nvls.py: when NVLS wins)
+    Collective.ALL_GATHER: (Algorithm.RING, Algorithm.PAT, Algorithm.NVLS),
+    Collective.REDUCE_SCATTER: (Algorithm.RING, Algorithm.PAT, Algorithm.NVLS),
     Collective.BROADCAST: (Algorithm.RING,),
     Collective.REDUCE: (Algorithm.RING,),
     Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
@@ -118,6 +121,26 @@ def estimate(fabric: Fabric, plan: Plan, size: float, protocol: Protocol) -> flo
     if not lowered.routes:
         return lowered.latency
     return lowered.latency + float(np.max(np.asarray(lowered.sizes) / idle_rates(fabric, plan)))
+
+
+def unchosen_nvls(fabric: Fabric, kind: Collective, options: Sequence[tuple[Plan, Protocol]],
+                  size: float, times: Sequence[float]) -> list[int]:
+    """Indices of the NVLS all-gather or reduce-scatter options NCCL would not
+    take: those slower than a ring option priced as NCCL's cost model prices it,
+    latency plus bytes over bandwidth without the pipeline fill
+    (``tuning.cc``, ``ncclTopoGetAlgoTime``). The fill is a real cost of the
+    ring's chunks, which its time keeps once chosen, but NCCL's choice does not
+    see it, and with it an 8-GPU server would take NVLS at 16-128 MiB, where
+    NCCL keeps the ring and NVLS measures slower (NCCL issues #1047, #1083)."""
+    if kind not in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        return []
+    rings = [t - nccl.pipeline_fill(p, plan.ranks, plan.pipeline_channels,
+                                    plan.pipelined_steps, size)
+             for (plan, p), t in zip(options, times, strict=True)
+             if plan.algorithm is Algorithm.RING]
+    best_ring = min(rings, default=np.inf)
+    return [i for i, ((plan, _), t) in enumerate(zip(options, times, strict=True))
+            if plan.algorithm is Algorithm.NVLS and t >= best_ring]
 
 
 def signature(fabric: Fabric, plan: Plan) -> tuple:
@@ -184,6 +207,8 @@ class Collectives:
             if chosen is None:  # the fastest on the idle fabric, ties to the first listed;
                 # priced once per shape of call
                 times = [estimate(self.fabric, plan, size, p) for plan, p in options]
+                for i in unchosen_nvls(self.fabric, kind, options, size, times):
+                    times[i] = np.inf
                 best = int(np.argmin(times))
                 plan, protocol = options[best]
                 chosen = self._by_shape[shape] = (best, finish(plan, size, protocol,

@@ -26,7 +26,16 @@ attention), for the work it does (half the pairs when causal):
   error, 8 % at most);
 - a GPU without rows of its kernel takes those of a GPU of the same
   architecture, scaled by the BF16 peaks' ratio (H800 and H200 from H100); with
-  none, the GPU file's constant ``attention_efficiency`` times it, as before.
+  none, the GPU file's constant ``attention_efficiency`` times it, as before;
+- a head size below the grid's smallest (64 on a Blackwell GPU whose rows are
+  all 128) is carried down by the softmax's exponentials (``narrower_head``):
+  each score costs its tensor-core FLOPs plus one exponential on the special
+  function units, whose rate did not grow with the tensor cores (H100 3.9
+  T/s against 989 TFLOP/s, FlashAttention-3, Shah et al. 2024; B200 and GB200
+  5 T/s, Blackwell Ultra 10.7, NVIDIA's Blackwell Ultra figures; FlashAttention-4,
+  Zadouri et al. 2026, finds the forward exponential-bound on B200), so a
+  narrower head loses less work than its FLOPs; where the GPU file gives no
+  ``exponentials_per_s``, the nearest head size's rate, as before.
 """
 
 from __future__ import annotations
@@ -60,6 +69,36 @@ def fill(heads: float, queries: float, sms: int) -> float:
     """
     blocks = heads * math.ceil(queries / BLOCK_QUERIES)
     return heads * queries / BLOCK_QUERIES / (math.ceil(blocks / sms) * sms)
+
+
+SCORE_FLOPS = {False: 4.0, True: 4.0 * ATTENTION_BACKWARD_FACTOR}  # per score and head
+# dimension: QK^T and PV forward (2 + 2), the backward's 2.5x; each score takes one
+# exponential either way (forward exp(S - max), backward P recomputed from the
+# log-sum-exp: FlashAttention-2, Dao 2023, Algorithms 1 and 2)
+
+
+def narrower_head(head_dim: float, smallest: float, backward: bool, peak: float,
+                  exponentials: float) -> float:
+    """A kernel's throughput at ``head_dim`` over its rate at the grid's
+    ``smallest``, when each score costs its tensor-core FLOPs at ``peak`` and one
+    exponential at ``exponentials`` per second, one after the other (the
+    softmax waits for QK^T, PV for the softmax):
+    ``t(d) = c d / peak + 1 / exponentials`` per score (c: ``SCORE_FLOPS``), the
+    rate (d / d0) t(d0) / t(d). On H100 (989 TFLOP/s, 3.9 T exp/s) it gives 0.75
+    forward and 0.86 backward from 128 to 64, as cuDNN's and FlashAttention-3's
+    measured rows do (0.70-0.79 and 0.82-0.86).
+
+    >>> round(narrower_head(64, 128, False, 989e12, 3.9e12), 3)
+    0.751
+    >>> round(narrower_head(64, 128, True, 989e12, 3.9e12), 3)
+    0.858
+    """
+    per_score = SCORE_FLOPS[backward] / peak
+
+    def seconds(d: float) -> float:
+        return per_score * d + 1.0 / exponentials
+
+    return head_dim / smallest * seconds(smallest) / seconds(head_dim)
 
 
 def visible(queries: int, keys: int, causal: bool) -> float:
@@ -112,6 +151,8 @@ class AttentionModel:
     grids: dict
     sms: int
     scale: float = 1.0  # this GPU's BF16 peak over the rows' GPU's
+    peaks: tuple[float, float] = (0.0, 0.0)  # this GPU's dense BF16 and FP8 FLOP/s
+    exponentials: float = 0.0  # its special function units' exponentials per second
 
     def seconds(self, flops: float, shape: tuple, backward: bool, fp8: bool = False
                 ) -> tuple[float, bool]:
@@ -120,7 +161,7 @@ class AttentionModel:
         found FP8 rows (else these are BF16's seconds)."""
         batch_heads, queries, keys, head_dim, causal = shape
         grid, low = self.grid(fp8, backward, bool(causal))
-        rate = grid.rate(head_dim, keys)
+        rate = grid.rate(head_dim, keys) * self.narrowing(head_dim, grid, backward, low)
         work = visible(queries, keys, bool(causal))
         return flops * work / (rate * self.scale * fill(batch_heads, queries, self.sms)), low
 
@@ -134,6 +175,21 @@ class AttentionModel:
                 if (dtype, name, mask) in self.grids:
                     return self.grids[(dtype, name, mask)], dtype == "fp8"
         raise KeyError(f"no {name} rows for {self.kernel} on {self.gpu}")
+
+    def narrowing(self, head_dim: float, grid: Grid, backward: bool, fp8: bool) -> float:
+        """``narrower_head``'s factor for a head size below ``grid``'s (1 at or
+        above it, or without the GPU's exponential rate)."""
+        smallest = float(grid.head_dims[0])
+        if not self.exponentials or head_dim >= smallest:
+            return 1.0
+        return narrower_head(head_dim, smallest, backward, self.peaks[1 if fp8 else 0],
+                             self.exponentials)
+
+    def narrowed(self, shape: tuple, backward: bool) -> bool:
+        """Whether ``shape``'s head size is carried below its grid's by the
+        exponentials (the summary says so)."""
+        grid, low = self.grid(False, backward, bool(shape[4]))
+        return self.narrowing(shape[3], grid, backward, low) != 1.0
 
     def extrapolated(self, shape: tuple, backward: bool) -> bool:
         """Whether ``shape``'s keys lie outside its grid's sequences."""
@@ -199,12 +255,14 @@ def _peers(name: str, architecture: str) -> list[str]:
 def model_for(gpu, kernel: str) -> AttentionModel | None:
     """The attention model of ``kernel`` on ``gpu`` (None: no rows to time it;
     cached: a sweep or a layout search builds a compute model per case)."""
-    return _model_for(gpu.name, gpu.architecture, gpu.sms, gpu.peak("bf16"), kernel)
+    peak = gpu.peak("bf16")
+    return _model_for(gpu.name, gpu.architecture, gpu.sms, peak, kernel,
+                      gpu.peak_flops.get("fp8", peak), gpu.exponentials_per_s)
 
 
 @lru_cache(maxsize=64)
-def _model_for(name: str, architecture: str, sms: int, peak: float, kernel: str
-               ) -> AttentionModel | None:
+def _model_for(name: str, architecture: str, sms: int, peak: float, kernel: str,
+               fp8_peak: float = 0.0, exponentials: float = 0.0) -> AttentionModel | None:
     from topologies.gpus import GPUS
 
     table = rows()
@@ -214,7 +272,8 @@ def _model_for(name: str, architecture: str, sms: int, peak: float, kernel: str
             continue
         grids = {key: _grid(group, sms) for key, group in
                  mine.groupby(["dtype", "pass", "causal"])}
-        return AttentionModel(kernel, peer, grids, sms, peak / GPUS[peer].peak("bf16"))
+        return AttentionModel(kernel, peer, grids, sms, peak / GPUS[peer].peak("bf16"),
+                              (peak, fp8_peak), exponentials)
     return None
 
 

@@ -122,6 +122,9 @@ class ComputeModel:
         if any(self.attention.extrapolated(*shape) for shape in shapes):
             out += (" (extrapolated past the published sequences: the longest's rate above, "
                     "a rate falling with the sequence below)")
+        if any(self.attention.narrowed(*shape) for shape in shapes):
+            out += (" (head sizes below the published carried down by the softmax's "
+                    f"exponentials at {self.attention.exponentials / 1e12:g} T/s)")
         out += overheads(ops)
         if self.lowp_peak:
             out += (f"; low-precision GEMMs at {self.lowp_peak / 1e12:g} TFLOP/s with "
