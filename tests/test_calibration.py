@@ -97,6 +97,7 @@ def test_a_calibration_file_changes_compute_times_as_expected(tmp_path):
     gpu = GPUS["a100-sxm-80gb"]
     scenario = copy.deepcopy(SCENARIO)
     scenario["cluster"]["calibration"] = write_calibration(tmp_path)  # the file's figures
+    scenario.setdefault("training", {})["kernel_launch"] = "0 s"
     base = gemm_seconds(scenario) - gpu.kernel_overhead
     x = 8192.0  # the size curve's efficiency at 8192^3, not the tile model's
     curve = 2 * 8192**3 / (gpu.peak("bf16") * gpu.gemm_efficiency * x / (x + 700.0))
@@ -106,6 +107,10 @@ def test_a_calibration_file_changes_compute_times_as_expected(tmp_path):
         tmp_path, gemm_efficiency=gpu.gemm_efficiency / 2)
     assert gemm_seconds(scenario) - gpu.kernel_overhead == pytest.approx(2 * base, rel=1e-12)
     slower = run(scenario).summary
+    # without the host's launches (kernel_launch 0: no kernel waits for one) the
+    # GEMMs take twice as long; the element-wise kernels and the optimizer do not move
+    gemms = slower["compute_s_by_kind"]["gemm"], normal["compute_s_by_kind"]["gemm"]
+    assert gemms[0] == pytest.approx(2 * gemms[1], rel=0.05)
     assert slower["compute_s"] > 1.3 * normal["compute_s"]
 
 

@@ -128,9 +128,11 @@ def test_optimizer_bytes_per_parameter():
     assert adam.bytes == 28e6
 
 
-def _program(dp_nodes: int = 2, **training):
+def _program(dp_nodes: int = 2, zero: int | None = None, **training):
     scenario = copy.deepcopy(TINY)
     scenario["cluster"]["nodes"] = dp_nodes
+    if zero is not None:
+        scenario.setdefault("parallelism", {})["zero"] = zero
     scenario["model"] = {"preset": "llama3-8b", "layers": 2}
     scenario["training"].update(seq_len=1024, global_batch=16, **training)
     s = from_dict(scenario)
@@ -139,10 +141,13 @@ def _program(dp_nodes: int = 2, **training):
 
 def test_a_small_models_step_has_the_new_kernels():
     """Every layer has its rotary embedding; the step its gradient norm (with the
-    norm's all-reduce over 16 replicas), Adam over every parameter (1/dp of them:
-    ZeRO-1's shards, or all) and the master-to-model copy; the summary's
-    compute_model line names them."""
-    s, program = _program()
+    norm's all-reduce over 16 replicas where ZeRO-1 shards the gradients; none
+    under DDP, whose replicas each hold the whole norm), Adam over every
+    parameter (1/dp of them: ZeRO-1's shards, or all) and the master-to-model
+    copy; the summary's compute_model line names them."""
+    ddp = [op.name for op in _program(zero=0)[1].ops[0] if op.phase is Phase.OPTIMIZER]
+    assert ddp == ["grad_norm", "optimizer", "param_copy"]
+    s, program = _program(zero=1)
     ops = program.ops[0]
     names = [op.name for op in ops]
     assert names.count("rope") == 2 * 2 * s.training.global_batch // s.parallel.dp

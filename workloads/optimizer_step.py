@@ -89,7 +89,12 @@ def optimizer_pass(b: Stage, owned: float) -> None:
     (``offload.host_step``, its parameters cast on the GPU when back), the
     rest on the GPU (``step_kernels``, the framework's), the gradient norm
     all-reduced over the data-parallel group (blocking: the step needs the clip
-    coefficient) where dp x cp > 1."""
+    coefficient) where the gradients are sharded over dp x cp > 1 ranks (ZeRO,
+    the distributed optimizer, FSDP: Megatron-Core's ``get_grad_norm_fp32`` over
+    the distributed optimizer's group, PyTorch's ``clip_grad_norm_`` over
+    sharded DTensors); replicated gradients (DDP) give every rank the whole
+    norm, which its model-parallel group's all-reduce alone completes (not
+    modelled: a few bytes)."""
     ctx = b.ctx
     plan = ctx.plan
     on_gpu, on_host = offload.optimizer_split(ctx.training, owned)
@@ -97,7 +102,8 @@ def optimizer_pass(b: Stage, owned: float) -> None:
     for kernel in step_kernels(on_gpu, ctx.parallel.framework, plan.reduce_bytes,
                                plan.param_bytes):
         b.compute(kernel, Phase.OPTIMIZER, -1, -1, 0.0, kernel.bytes)
-        if kernel.name == "grad_norm" and ctx.parallel.dp * ctx.parallel.cp > 1:
+        if kernel.name == "grad_norm" and ctx.parallel.dp * ctx.parallel.cp > 1 and \
+                (ctx.parallel.zero_stage >= 1 or ctx.parallel.fsdp is not None):
             b.collective(Collective.ALL_REDUCE, GRAD_NORM_ALL_REDUCE_BYTES, DP_STREAM,
                          ctx.dp_group, Phase.OPTIMIZER, -1, -1, name="grad_norm_all_reduce")
     if back is not None:  # the host's updated parameters, cast on the GPU
