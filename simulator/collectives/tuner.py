@@ -65,8 +65,13 @@ CANDIDATES = {
     Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
     Collective.SEND_RECV: (Algorithm.DIRECT,),
     Collective.RING_EXCHANGE: (Algorithm.DIRECT,),
+    Collective.DEEPEP_DISPATCH: (Algorithm.DEEPEP,),
+    Collective.DEEPEP_COMBINE: (Algorithm.DEEPEP,),
+    Collective.HYBRIDEP_DISPATCH: (Algorithm.HYBRIDEP,),
+    Collective.HYBRIDEP_COMBINE: (Algorithm.HYBRIDEP,),
 }
 DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
+OWN_KERNELS = (Algorithm.DEEPEP, Algorithm.HYBRIDEP)  # not NCCL: network.protocol is not theirs
 
 
 def latency(plan: Plan, protocol: Protocol, size: float = 0.0) -> float:
@@ -214,7 +219,9 @@ class Collectives:
             if plan is None:
                 continue
             protocols = DIRECT_PROTOCOLS if algorithm is Algorithm.DIRECT else tuple(Protocol)
-            if self.protocol is not None:
+            if algorithm in OWN_KERNELS:
+                protocols = (Protocol.SIMPLE,)
+            elif self.protocol is not None:
                 protocols = (self.protocol,) if self.protocol in protocols else ()
             options += [(plan, p) for p in protocols if nccl.supports(algorithm, p)]
         if not options:
