@@ -141,6 +141,11 @@ ROWS: tuple[tuple[str, str], ...] = (
      'the published grid, or "attention at a constant efficiency"); under low precision '
      "also the format's peak, its efficiency relative to BF16's and the casts' share of "
      'the streaming bandwidth'),
+    ('`token_exchange`',
+     "how the critical rank's MoE token exchanges are timed: the flex dispatcher's "
+     'DeepEP or HybridEP dispatch and combine at their published achieved bandwidths '
+     "(shares of the hop's line rate, with their sources and SM budgets), NCCL's all-to-all "
+     "as n-1 point-to-point transfers under NCCL's p2p protocol rule; empty without either"),
     ('`simulated_ranks`',
      'ranks simulated (fewer than `gpus` when symmetry lets one process stand for several)'),
     ('`simulation`, `simulation_exact`',

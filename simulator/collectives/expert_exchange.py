@@ -189,13 +189,17 @@ def expert_exchange(fabric: Fabric, kind: Collective, gpus: Sequence[str], size:
                 servers > 1, wire_scale=n / (n - 1) * capacity / achieved)
 
 
+NCCL_ALL_TO_ALL = ("NCCL all-to-all as n-1 point-to-point sends and receives at the "
+                   "per-peer size, each under the protocol NCCL's p2p rule picks (LL up to "
+                   "16 KiB a channel, Simple above; collectives.p2p)")
+
+
 def describe(kinds: set) -> str:
     """The summary's ``token_exchange`` line: which backend's published rates time
-    the flex dispatcher's exchanges ("" where the run has none)."""
+    the flex dispatcher's exchanges, and how NCCL's all-to-all runs ("" where the
+    run has neither)."""
     used = sorted({KINDS[k][0].value for k in kinds if k in KINDS})
-    if not used:
-        return ""
-    parts = []
+    parts = [NCCL_ALL_TO_ALL] if Collective.ALL_TO_ALL in kinds else []
     for name in used:
         algorithm = Algorithm(name)
         sources = "; ".join(TABLES[(algorithm, t)].source for t in (Transport.NVLINK,

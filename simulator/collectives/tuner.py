@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from simulator.base.ir import Collective
-from simulator.collectives import nccl
+from simulator.collectives import nccl, p2p
 from simulator.collectives.algorithms import PLANNERS, AlgorithmUnavailable, Plan
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.network.fabric import Fabric
@@ -71,6 +71,8 @@ CANDIDATES = {
     Collective.HYBRIDEP_COMBINE: (Algorithm.HYBRIDEP,),
 }
 DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
+# NCCL point-to-point calls: their protocol by NCCL's p2p rule (p2p.nccl_protocol)
+P2P_KINDS = (Collective.ALL_TO_ALL, Collective.SEND_RECV, Collective.RING_EXCHANGE)
 OWN_KERNELS = (Algorithm.DEEPEP, Algorithm.HYBRIDEP)  # not NCCL: network.protocol is not theirs
 
 
@@ -183,7 +185,7 @@ class Collectives:
         key = (kind, tuple(gpus), size)
         lowered = self._lowered.get(key)
         if lowered is None:
-            options = self.candidates(kind, gpus)
+            options = self.p2p_protocol(kind, gpus, size, self.candidates(kind, gpus))
             shape = (kind, size, *((signature(self.fabric, plan), p) for plan, p in options))
             chosen = self._by_shape.get(shape)
             if chosen is None:  # the fastest on the idle fabric, ties to the first listed;
@@ -227,6 +229,18 @@ class Collectives:
         if not options:
             raise CollectiveError(self._why_none(kind, gpus))
         return options
+
+    def p2p_protocol(self, kind: Collective, gpus: Sequence[str], size: float,
+                     options: list[tuple[Plan, Protocol]]) -> list[tuple[Plan, Protocol]]:
+        """``options`` left with the protocol NCCL runs a point-to-point call under
+        (an all-to-all's n-1 sends and receives, a send/recv; ``p2p``): NCCL picks
+        it by the bytes a channel carries, it does not take the faster. A forced
+        ``network.protocol`` stays as given."""
+        if self.protocol is not None or kind not in P2P_KINDS:
+            return options
+        peer = size / len(gpus) if kind is Collective.ALL_TO_ALL else size
+        chosen = p2p.nccl_protocol(self.fabric, gpus, peer)
+        return [(plan, p) for plan, p in options if p is chosen] or options
 
     def _why_none(self, kind: Collective, gpus: Sequence[str]) -> str:
         forced = ", ".join(f"network.{name} {value.value}" for name, value in

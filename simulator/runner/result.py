@@ -21,6 +21,7 @@ from simulator.analysis import blame, domains
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, moe_keys, summarize
 from simulator.base.ir import Program
+from simulator.collectives import expert_exchange
 from simulator.compute import stragglers, throttle
 from simulator.config.scenario import Scenario
 from simulator.engine.call_log import CallLog, shared_categories
@@ -262,6 +263,8 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     faults = fabric.graph.graph.get("faults")
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                 compute_model=jobs.compute_model(placed, setup.model, program.ops[critical]),
+                token_exchange=expert_exchange.describe(
+                    {op.collective for op in program.ops[critical] if op.collective}),
                 host_stall_s=durations.host_stall(critical),
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),
