@@ -4,7 +4,10 @@
 considers every (algorithm, protocol) that can run it (``simulator.collectives.algorithms``,
 ``simulator.collectives.nccl``), prices each on the idle fabric exactly (max-min fair
 rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
-picks the lowest modelled time. Either choice can be forced
+picks the lowest modelled time; point-to-point calls (an all-to-all's n-1
+sends and receives, send/recv) take the protocol NCCL's p2p rule gives their
+per-peer bytes instead (``p2p``), and DeepEP's and HybridEP's exchanges their
+own kernels' rates (``expert_exchange``). Either choice can be forced
 (``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
 on the shared network (so concurrent calls contend) followed by its latency.
 
