@@ -145,7 +145,7 @@ ROWS: tuple[tuple[str, str], ...] = (
      "how the critical rank's MoE token exchanges are timed: the flex dispatcher's "
      'DeepEP or HybridEP dispatch and combine at their published achieved bandwidths '
      "(shares of the hop's line rate, with their sources and SM budgets), NCCL's all-to-all "
-     "as n-1 point-to-point transfers under NCCL's p2p protocol rule; empty without either"),
+     "as n-1 point-to-point transfers under NCCL's p2p protocol rule; only in a run with either"),
     ('`simulated_ranks`',
      'ranks simulated (fewer than `gpus` when symmetry lets one process stand for several)'),
     ('`simulation`, `simulation_exact`',

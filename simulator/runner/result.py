@@ -252,6 +252,13 @@ def _expanded(setup: Setup, result, spans: pd.DataFrame) -> tuple[pd.DataFrame, 
     return spans, result.expand
 
 
+def _token_exchange(ops) -> dict:
+    """The summary's ``token_exchange`` where the rank's program exchanges tokens
+    (what times them: ``collectives.expert_exchange.describe``), else nothing."""
+    line = expert_exchange.describe({op.collective for op in ops if op.collective})
+    return {"token_exchange": line} if line else {}
+
+
 def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.DataFrame,
          critical: int) -> dict:
     """The summary's keys on how the run was made: what was simulated, the compute
@@ -263,8 +270,7 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     faults = fabric.graph.graph.get("faults")
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                 compute_model=jobs.compute_model(placed, setup.model, program.ops[critical]),
-                token_exchange=expert_exchange.describe(
-                    {op.collective for op in program.ops[critical] if op.collective}),
+                **_token_exchange(program.ops[critical]),
                 host_stall_s=durations.host_stall(critical),
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),
