@@ -247,6 +247,10 @@ class ParallelSpec:
     # each rank holding any of its experts, its outputs summed there for the return)
     moe_token_dispatcher_type: str = setting(choice(["alltoall", "allgather", "flex"]),
                                              "alltoall")
+    # the flex dispatcher's kernels (Megatron-Core's --moe-flex-dispatcher-backend):
+    # deepep (DeepEP's normal kernels, Megatron-Core's default) or hybridep (NVIDIA's
+    # HybridEP, what its recipes run on GB200/B200), each at its published rates
+    moe_flex_dispatcher_backend: str = setting(choice(["deepep", "hybridep"]), "deepep")
     # expert-parallel all-to-all overlap (Megatron-Core's
     # --overlap-moe-expert-parallel-comm): "1f1b" runs the steady state's forward and
     # backward as one step, each one's token exchanges under the other's compute

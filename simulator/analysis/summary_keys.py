@@ -144,6 +144,11 @@ ROWS: tuple[tuple[str, str], ...] = (
      'the framework\'s module overheads, the CUDA graph scope, the host syncs: '
      '`compute.host_costs`) and, where kernels waited for their launches, "host-bound: N % '
      'of the critical rank\'s kernel time"'),
+    ('`token_exchange`',
+     "how the critical rank's MoE token exchanges are timed: the flex dispatcher's "
+     'DeepEP or HybridEP dispatch and combine at their published achieved bandwidths '
+     "(shares of the hop's line rate, with their sources and SM budgets), NCCL's all-to-all "
+     "as n-1 point-to-point transfers under NCCL's p2p protocol rule; only in a run with either"),
     ('`simulated_ranks`',
      'ranks simulated (fewer than `gpus` when symmetry lets one process stand for several)'),
     ('`simulation`, `simulation_exact`',

@@ -99,6 +99,13 @@ class Collective(Symbol):
     ALL_TO_ALL = "all_to_all"
     SEND_RECV = "send_recv"
     RING_EXCHANGE = "ring_exchange"  # every member sends to its ring successor (ring attention)
+    # The flex dispatcher's token exchanges (Megatron-Core's moe_token_dispatcher_type
+    # flex): an all-to-all run by DeepEP's or HybridEP's own kernels, not NCCL's, at
+    # the rate those kernels reach (simulator.collectives.expert_exchange)
+    DEEPEP_DISPATCH = "deepep_dispatch"
+    DEEPEP_COMBINE = "deepep_combine"
+    HYBRIDEP_DISPATCH = "hybridep_dispatch"
+    HYBRIDEP_COMBINE = "hybridep_combine"
 
 
 class Phase(Symbol):

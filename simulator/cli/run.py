@@ -84,6 +84,8 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
+        *([f"                 token exchanges: {summary['token_exchange']}"]
+          if summary.get("token_exchange") else []),
         f"                 NCCL beside compute adds {format_time(summary['overlap_slowdown_s'])}"
         f" to it: {summary['overlap_slowdown']}",
         f"                 {summary['events']:,} events in {summary['wall_s']:.2f} s wall"

@@ -1,6 +1,7 @@
 """Collective algorithms as NCCL runs them, lowered to flows on the fabric.
 
-Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``pat``, ``direct``, ``collnet``) whose
+Each algorithm is a module (``ring``, ``tree``, ``nvls``, ``pat``, ``direct``, ``collnet``;
+``expert_exchange`` for DeepEP's and HybridEP's kernels) whose
 planner returns a ``Plan`` (``plan``): the flows (route, payload bytes) an algorithm
 puts on the fabric and the pipeline steps it pays latency for; a protocol then
 turns the plan into wire bytes and a latency (``simulator.collectives.tuner``).
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 from simulator.collectives.collnet import collnet
 from simulator.collectives.direct import direct
+from simulator.collectives.expert_exchange import expert_exchange
 from simulator.collectives.nccl import Algorithm
 from simulator.collectives.nvls import nvls
 from simulator.collectives.pat import pat
@@ -35,4 +37,6 @@ PLANNERS: dict[Algorithm, Callable[..., Plan]] = {
     Algorithm.PAT: pat,
     Algorithm.DIRECT: direct,
     Algorithm.COLLNET: collnet,
+    Algorithm.DEEPEP: expert_exchange,
+    Algorithm.HYBRIDEP: expert_exchange,
 }

@@ -54,6 +54,9 @@ class Algorithm(Symbol):
     PAT = "pat"  # parallel aggregated trees: all-gather, reduce-scatter at one GPU per server
     DIRECT = "direct"  # all-to-all and point-to-point: every pair talks directly
     COLLNET = "collnet"  # in-network reduction (InfiniBand SHARP), NCCL's CollNet Direct
+    # not NCCL: the flex dispatcher's own kernels (simulator.collectives.expert_exchange)
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
 
 
 class Protocol(Symbol):
@@ -69,6 +72,10 @@ _BASE = {
     Algorithm.NVLS: {Protocol.SIMPLE: 23.0},
     Algorithm.PAT: {Protocol.SIMPLE: 8.0},  # tuning.cc: PAT runs Simple only
     Algorithm.COLLNET: {Protocol.SIMPLE: 0.0},  # tuning.cc: CollNet runs Simple only
+    # DeepEP, HybridEP: their published rates are whole kernels', fixed costs included
+    # (expert_exchange); one protocol, their own (named Simple here)
+    Algorithm.DEEPEP: {Protocol.SIMPLE: 0.0},
+    Algorithm.HYBRIDEP: {Protocol.SIMPLE: 0.0},
 }
 _STEP = {
     Algorithm.RING: {
@@ -87,6 +94,10 @@ _STEP = {
     Algorithm.COLLNET: {Transport.NVLINK: {Protocol.SIMPLE: 3.7},
                         Transport.PCI: {Protocol.SIMPLE: 3.7},
                         Transport.NET: {Protocol.SIMPLE: 31.0}},
+    Algorithm.DEEPEP: {Transport.NVLINK: {Protocol.SIMPLE: 0.0},
+                       Transport.NET: {Protocol.SIMPLE: 0.0}},
+    Algorithm.HYBRIDEP: {Transport.NVLINK: {Protocol.SIMPLE: 0.0},
+                         Transport.NET: {Protocol.SIMPLE: 0.0}},
 }
 _EFFICIENCY = {Protocol.LL: 0.25, Protocol.LL128: 0.92, Protocol.SIMPLE: 1.0}
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.base.ir import Collective
+from simulator.collectives.expert_exchange import KINDS as EXPERT_EXCHANGES
 from simulator.collectives.tuner import Collectives, isolated_run
 from simulator.network.fabric import Fabric
 
@@ -32,7 +33,8 @@ def bus_factor(kind: Collective, n: int) -> float:
     """nccl-tests' bus bandwidth factor for ``n`` ranks."""
     if kind is Collective.ALL_REDUCE:
         return 2.0 * (n - 1) / n
-    if kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+    if kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL,
+                *EXPERT_EXCHANGES):
         return (n - 1) / n
     return 1.0
 

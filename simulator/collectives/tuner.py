@@ -5,7 +5,10 @@ considers every (algorithm, protocol) that can run it (``simulator.collectives.a
 ``simulator.collectives.nccl``), prices each on the idle fabric exactly (max-min fair
 rates of its flows plus its latency) and picks the fastest, as NCCL's tuner
 picks the lowest modelled time (NVLS all-gather and reduce-scatter only where
-they also beat the ring priced as NCCL's model prices it: ``unchosen_nvls``).
+they also beat the ring priced as NCCL's model prices it: ``unchosen_nvls``);
+point-to-point calls (an all-to-all's n-1 sends and receives, send/recv) take
+the protocol NCCL's p2p rule gives their per-peer bytes instead (``p2p``), and
+DeepEP's and HybridEP's exchanges their own kernels' rates (``expert_exchange``).
 Either choice can be forced
 (``network.algorithm``, ``network.protocol``). A lowered call runs as its flows
 on the shared network (so concurrent calls contend) followed by its latency.
@@ -24,7 +27,7 @@ import numpy as np
 import simpy
 
 from simulator.base.ir import Collective
-from simulator.collectives import nccl
+from simulator.collectives import nccl, p2p
 from simulator.collectives.algorithms import PLANNERS, AlgorithmUnavailable, Plan
 from simulator.collectives.nccl import Algorithm, Protocol
 from simulator.network.fabric import Fabric
@@ -68,8 +71,15 @@ CANDIDATES = {
     Collective.ALL_TO_ALL: (Algorithm.DIRECT,),
     Collective.SEND_RECV: (Algorithm.DIRECT,),
     Collective.RING_EXCHANGE: (Algorithm.DIRECT,),
+    Collective.DEEPEP_DISPATCH: (Algorithm.DEEPEP,),
+    Collective.DEEPEP_COMBINE: (Algorithm.DEEPEP,),
+    Collective.HYBRIDEP_DISPATCH: (Algorithm.HYBRIDEP,),
+    Collective.HYBRIDEP_COMBINE: (Algorithm.HYBRIDEP,),
 }
 DIRECT_PROTOCOLS = (Protocol.LL, Protocol.SIMPLE)  # NCCL p2p never uses LL128
+# NCCL point-to-point calls: their protocol by NCCL's p2p rule (p2p.nccl_protocol)
+P2P_KINDS = (Collective.ALL_TO_ALL, Collective.SEND_RECV, Collective.RING_EXCHANGE)
+OWN_KERNELS = (Algorithm.DEEPEP, Algorithm.HYBRIDEP)  # not NCCL: network.protocol is not theirs
 
 
 def latency(plan: Plan, protocol: Protocol, size: float = 0.0) -> float:
@@ -201,7 +211,7 @@ class Collectives:
         key = (kind, tuple(gpus), size)
         lowered = self._lowered.get(key)
         if lowered is None:
-            options = self.candidates(kind, gpus)
+            options = self.p2p_protocol(kind, gpus, size, self.candidates(kind, gpus))
             shape = (kind, size, *((signature(self.fabric, plan), p) for plan, p in options))
             chosen = self._by_shape.get(shape)
             if chosen is None:  # the fastest on the idle fabric, ties to the first listed;
@@ -239,12 +249,26 @@ class Collectives:
             if plan is None:
                 continue
             protocols = DIRECT_PROTOCOLS if algorithm is Algorithm.DIRECT else tuple(Protocol)
-            if self.protocol is not None:
+            if algorithm in OWN_KERNELS:
+                protocols = (Protocol.SIMPLE,)
+            elif self.protocol is not None:
                 protocols = (self.protocol,) if self.protocol in protocols else ()
             options += [(plan, p) for p in protocols if nccl.supports(algorithm, p)]
         if not options:
             raise CollectiveError(self._why_none(kind, gpus))
         return options
+
+    def p2p_protocol(self, kind: Collective, gpus: Sequence[str], size: float,
+                     options: list[tuple[Plan, Protocol]]) -> list[tuple[Plan, Protocol]]:
+        """``options`` left with the protocol NCCL runs a point-to-point call under
+        (an all-to-all's n-1 sends and receives, a send/recv; ``p2p``): NCCL picks
+        it by the bytes a channel carries, it does not take the faster. A forced
+        ``network.protocol`` stays as given."""
+        if self.protocol is not None or kind not in P2P_KINDS:
+            return options
+        peer = size / len(gpus) if kind is Collective.ALL_TO_ALL else size
+        chosen = p2p.nccl_protocol(self.fabric, gpus, peer)
+        return [(plan, p) for plan, p in options if p is chosen] or options
 
     def _why_none(self, kind: Collective, gpus: Sequence[str]) -> str:
         forced = ", ".join(f"network.{name} {value.value}" for name, value in

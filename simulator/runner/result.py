@@ -21,6 +21,7 @@ from simulator.analysis import blame, domains
 from simulator.analysis.critical_path import critical_path
 from simulator.analysis.summary import memory_timeline, moe_keys, summarize
 from simulator.base.ir import Program
+from simulator.collectives import expert_exchange
 from simulator.compute import stragglers, throttle
 from simulator.config.scenario import Scenario
 from simulator.engine.call_log import CallLog, shared_categories
@@ -258,6 +259,13 @@ def _host_share(stall: float, kernels: float) -> str:
     return f"; host-bound: {100 * stall / kernels:.1f} % of the critical rank's kernel time"
 
 
+def _token_exchange(ops) -> dict:
+    """The summary's ``token_exchange`` where the rank's program exchanges tokens
+    (what times them: ``collectives.expert_exchange.describe``), else nothing."""
+    line = expert_exchange.describe({op.collective for op in ops if op.collective})
+    return {"token_exchange": line} if line else {}
+
+
 def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.DataFrame,
          critical: int) -> dict:
     """The summary's keys on how the run was made: what was simulated, the compute
@@ -271,6 +279,7 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
                 compute_model=jobs.compute_model(placed, setup.model, program.ops[critical])
                 + _host_share(stall, kernels),
+                **_token_exchange(program.ops[critical]),
                 host_stall_s=stall,
                 overlap_slowdown=slowdown.note(),
                 overlap_slowdown_s=(slowdown.added_s or {}).get(critical, 0.0),

@@ -27,16 +27,18 @@ DeepEP (``flex``) moves a token once to each rank holding one of its experts.
 Where an EP group spans several NVLink domains (servers, or NVL72 racks) its
 normal kernels take two hops (DeepEP's README; the DeepSeek-V3 report, Sec.
 3.2.2): a token goes over RDMA once to each domain holding its experts, to the
-rank of the same local index there, which forwards it over NVLink to the
-ranks that hold them; the combine mirrors it. ``hops`` gives both as
-all-to-alls that run at once (DeepEP pipelines them in chunks: the slower
-sets the time), the RDMA one over the ``ep_rdma`` groups (one rank per
-domain) on its own stream, the NVLink one over the ``ep_nvl`` groups (an EP
-group's ranks in one domain). The SMs DeepEP's kernels hold (20-24 of an
-H100's 132) slow the compute beside them as NCCL's do (``compute.contention``:
-1.19x measured, 1.18-1.22x from that share). Left out: its low-latency kernels
-(inference decoding) and DeepSeek-V3's node-limited routing (at most 4 nodes a
-token: here domains are drawn as the experts are).
+rank of the same local index there, which forwards it over NVLink to the ranks
+that hold them; the combine mirrors it. ``hops`` gives both as all-to-alls that
+run at once (DeepEP pipelines them in chunks: the slower sets the time), each
+its backend's own kernel (``moe_flex_dispatcher_backend``: DeepEP or HybridEP,
+``flex_kernel``) timed at its published achieved bandwidth, far below the
+links' (``simulator.collectives.expert_exchange``), the RDMA one over the
+``ep_rdma`` groups (one rank per domain) on its own stream, the NVLink one over
+the ``ep_nvl`` groups (an EP group's ranks in one domain). The SMs DeepEP's
+kernels hold (20-24 of an H100's 132) slow the compute beside them as NCCL's do
+(``compute.contention``: 1.19x measured, 1.18-1.22x from that share). Left out:
+its low-latency kernels (inference decoding) and DeepSeek-V3's node-limited
+routing (at most 4 nodes a token: here domains are drawn as the experts are).
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ def check(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> N
     if parallel.tp > 1 and not parallel.sequence_parallel:
         raise LayoutError("parallelism.sequence_parallel must be true with tp > 1 in a model "
                           "with experts (Megatron-Core requires it for MoE layers)")
+    if parallel.moe_flex_dispatcher_backend != "deepep" and \
+            parallel.moe_token_dispatcher_type != "flex":
+        raise LayoutError(f"parallelism.moe_flex_dispatcher_backend "
+                          f"({parallel.moe_flex_dispatcher_backend!r}) applies to the flex "
+                          f"dispatcher only; parallelism.moe_token_dispatcher_type is "
+                          f"{parallel.moe_token_dispatcher_type!r} (allowed with it: 'flex')")
     if parallel.framework.value == "deepspeed":
         raise LayoutError("parallelism.framework: 'deepspeed' with experts is not modelled "
                           "yet; allowed: megatron, pytorch, torchtitan")
@@ -222,12 +230,30 @@ def exchange(ctx: Context, step: str, forward: bool, load: float) -> tuple[Colle
     if ctx.parallel.moe_token_dispatcher_type == "alltoall":
         return KIND, all_to_all_bytes(ctx) * load
     if ctx.parallel.moe_token_dispatcher_type == "flex":  # once per rank, not per expert
-        return KIND, all_to_all_bytes(ctx) * load * ctx.routing.ranks_per_token / ctx.model.top_k
+        return flex_kernel(ctx.parallel, step, forward), \
+            all_to_all_bytes(ctx) * load * ctx.routing.ranks_per_token / ctx.model.top_k
     sh = ctx.shard
     whole = ctx.parallel.ep * sh.tokens // sh.norm_split * ctx.model.hidden * sh.dtype_bytes
     gathers = (step == DISPATCH) == forward
     return (Collective.ALL_GATHER if gathers else Collective.REDUCE_SCATTER), whole
 
+
+
+FLEX_KERNELS = {("deepep", DISPATCH): Collective.DEEPEP_DISPATCH,
+                ("deepep", COMBINE): Collective.DEEPEP_COMBINE,
+                ("hybridep", DISPATCH): Collective.HYBRIDEP_DISPATCH,
+                ("hybridep", COMBINE): Collective.HYBRIDEP_COMBINE}
+
+
+def flex_kernel(parallel: ParallelSpec, step: str, forward: bool) -> Collective:
+    """The flex dispatcher's kernel for ``step``: its backend's dispatch or combine
+    (``moe_flex_dispatcher_backend``), timed at its published rate
+    (``simulator.collectives.expert_exchange``). A backward runs the other kernel:
+    the dispatch's gradient is a combine and the combine's a dispatch
+    (Megatron-Core ``fused_a2a.py``: ``FusedDispatch.backward`` calls the buffer's
+    ``combine``, ``FusedCombine.backward`` its ``dispatch``)."""
+    kernel = DISPATCH if (step == DISPATCH) == forward else COMBINE
+    return FLEX_KERNELS[(parallel.moe_flex_dispatcher_backend, kernel)]
 
 
 def hops(ctx: Context, step: str, forward: bool, load: float
