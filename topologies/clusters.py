@@ -55,6 +55,7 @@ from simulator.base.fields import (
     boolean,
     choice,
     integer,
+    number,
     setting,
 )
 from topologies.gpus import GPUS
@@ -108,6 +109,10 @@ class ClusterSpec:
     host_memory_bandwidth: float = setting(BANDWIDTH, 76.8e9)  # bytes/s per GPU
     host_link_bandwidth: float = setting(BANDWIDTH, 64e9)  # bytes/s each way (PCIe Gen5 x16)
     host_link_efficiency: float = setting(EFFICIENCY, 0.8125)  # share of it copies reach
+    # the host CPU's pace at PyTorch's eager dispatch: the CPU time of one op relative to
+    # the DGX H100's Xeon 8480C, on which training.kernel_launch and the module overheads
+    # were measured (compute.host_costs scales both by it; sources in HOSTS)
+    host_dispatch: float = setting(number(0.1, 100.0), 1.0)
     description: str = ""
 
     def host_rates(self) -> tuple[float, float]:
@@ -143,7 +148,7 @@ class ClusterSpec:
 # device and back on Azure ND H200 v5, Xeon 8480C: 0.8125) and 197 of the 225 GB/s
 # per GPU of a Grace superchip's NVLink-C2C (900 GB/s both ways for 2 GPUs; Azure
 # ND GB200 v6 nvbandwidth 201 and 193 GB/s: 0.876).
-HOSTS = {
+HOSTS = {  # (the x86 hosts' host_dispatch: 1, the pace of the Xeon 8480C measured)
     # DGX A100 user guide: 2x AMD EPYC 7742 (8 channels DDR4-3200, 204.8 GB/s each), 1 TB;
     # PCIe Gen4 x16 to each GPU
     "epyc-7742": dict(host_memory=128e9, host_memory_bandwidth=51.2e9,
@@ -159,9 +164,12 @@ HOSTS = {
                        host_link_bandwidth=32e9),
     # Grace (GB200/GB300 NVL72: 17 TB LPDDR5X and 14 TB/s a rack, 472 GB and 384 GB/s a
     # Grace, per Verda's GB300 NVL72 report) for 2 GPUs; NVLink-C2C 450 GB/s each way a
-    # superchip
+    # superchip. Its Neoverse V2 cores run PyTorch's eager dispatch slower than the x86
+    # hosts: torch.nn.Linear's forward takes 37.08 us of CPU on GB200 against 13.48 us on
+    # a DGX H100's Xeon 8480C (TransformerEngine issue #2053, BF16, 8192 x 2048 tokens;
+    # GH200 33.17 us, TE's Linear 99.66 and 90.53 us: the same 2.7x): 2.75
     "grace": dict(host_memory=236e9, host_memory_bandwidth=192e9, host_link_bandwidth=225e9,
-                  host_link_efficiency=0.876),
+                  host_link_efficiency=0.876, host_dispatch=37.08 / 13.48),
 }
 
 _NVLINK4 = dict(nvlink_bandwidth=450e9, nvlink_efficiency=0.822, nvls=True, nics_per_node=8,

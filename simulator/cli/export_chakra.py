@@ -79,7 +79,8 @@ def _jobs(scenario, out: Path) -> int:
                                           scenario.machine.cluster.host_rates())
         recorded = job.workload is not None and job.workload.recorded
         timed = job.workload.trace.durations.__getitem__ if recorded else durations_of(
-            program, model, HostPlan.of(job.training, job.parallel.framework.value))
+            program, model, HostPlan.of(job.training, job.parallel.framework.value,
+                                        scenario.machine.cluster.host_dispatch))
         folder = options.inside(out, job.name, "--out")
         files = write(program, timed, folder,
                       _facts(scenario.source["jobs"][job.name], job.workload, job.name))

@@ -47,9 +47,13 @@ Not modelled: the same flag's NaN check of each gradient bucket's norm before
 its reduction in the last micro-batch's backward (``check_grads`` in
 ``megatron/core/distributed/param_and_grad_buffer.py``: a sync per bucket), the
 per-expert quantisation of FP8 and MXFP8 grouped GEMMs' inputs (one launch per
-expert's split), Grace hosts' slower Python (TE issue #2053 measures TE's
-``Linear`` 2.7 times ``torch.nn.Linear``'s CPU time on GB200 and GH200: a scenario
-can say so with a larger ``kernel_launch``).
+expert's split).
+
+Grace hosts (GB200, GB300 NVL72) issue every op more slowly: TE issue #2053
+measures ``torch.nn.Linear``'s forward at 37.08 us of CPU on GB200 against 13.48 us
+on a DGX H100 (and TE's ``Linear`` 2.7 times either), so the cluster's
+``host_dispatch`` (``topologies.clusters.HOSTS``: Grace 37.08 / 13.48) multiplies
+the launch cost and with it the module overheads.
 """
 
 from __future__ import annotations
@@ -84,10 +88,12 @@ class HostPlan:
     optimizer_syncs: int = 0  # host waits for the GPU before the optimizer's kernels
 
     @classmethod
-    def of(cls, training, framework: str) -> HostPlan:
-        """A job's plan from its TrainingSpec and framework name."""
+    def of(cls, training, framework: str, dispatch: float = 1.0) -> HostPlan:
+        """A job's plan from its TrainingSpec and framework name, on a host whose
+        CPU issues PyTorch's ops ``dispatch`` times as slowly as the reference
+        x86 host (``ClusterSpec.host_dispatch``: Grace 2.75)."""
         syncs = (1 + (training.precision == "fp16")) if framework == "megatron" else 0
-        return cls(training.kernel_launch, framework, training.cuda_graphs,
+        return cls(training.kernel_launch * dispatch, framework, training.cuda_graphs,
                    tuple(training.cuda_graph_scope), syncs)
 
     @property
@@ -125,7 +131,7 @@ class HostPlan:
         (``ops``: a rank's program, whose MoE layers' dispatchers synchronise)."""
         if self.idle:
             return "host: no launch cost (training.kernel_launch 0)"
-        parts = [f"host: {self.kernel_launch * 1e6:g} us a kernel launch"]
+        parts = [f"host: {self.kernel_launch * 1e6:.3g} us a kernel launch"]
         if self.framework in MODULE_FRAMEWORKS:
             parts.append("Transformer Engine module overheads and per-expert GEMM launches "
                          "(megatron)")

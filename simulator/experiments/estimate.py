@@ -209,7 +209,8 @@ class Estimator:
         events = [(float(i), delta, what) for i, op in enumerate(ops) for delta, what in op.mem]
         peak, breakdown = peak_memory(static, events)
         rank = layout.rank({"tp": 0, "cp": 0, "dp": 0, "pp": stage})
-        host = HostPlan.of(scenario.training, ctx.parallel.framework.value)
+        host = HostPlan.of(scenario.training, ctx.parallel.framework.value,
+                           scenario.machine.cluster.host_dispatch)
         kernels = host_bound(ops, b.steps, self.model.durations(ops) * self.slowest,
                              host) * mean_factor(scenario.compute_jitter)
         peer = layout.rank({"tp": 0, "cp": 0, "dp": 0,

@@ -85,8 +85,9 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
             model = ComputeModel.for_training(scenario.gpu, p.job.training,
                                               p.job.parallel.framework.value,
                                               scenario.machine.cluster.host_rates())
-            per_job.append(make(program, model, HostPlan.of(p.job.training,
-                                                              p.job.parallel.framework.value),
+            per_job.append(make(program, model, HostPlan.of(
+                p.job.training, p.job.parallel.framework.value,
+                scenario.machine.cluster.host_dispatch),
                                  speed))
         else:
             per_job.append(_pacing(program, p.job.background.period))
@@ -142,16 +143,19 @@ def lead_notes(placed: Sequence[Placed]) -> dict:
     return dict(training[0].program.notes) if len(training) == 1 else {}
 
 
-def compute_model(placed: Sequence[Placed], model: ComputeModel, ops) -> str:
+def compute_model(placed: Sequence[Placed], model: ComputeModel, ops,
+                  dispatch: float = 1.0) -> str:
     """The summary's ``compute_model``: what times the kernels of ``ops`` (the
     critical rank's program), or the traces' recorded durations where every
-    training job replays them (then no compute model times a kernel)."""
+    training job replays them (then no compute model times a kernel);
+    ``dispatch``: the cluster's ``host_dispatch``."""
     if all(p.job.workload is not None and p.job.workload.recorded
            for p in placed if p.job.background is None):
         return "recorded durations of the traces (workload.durations: recorded)"
     lead = next(p for p in placed if p.job.background is None)
     return (f"{model.describe(ops)}; "
-            + HostPlan.of(lead.job.training, lead.job.parallel.framework.value).describe(ops))
+            + HostPlan.of(lead.job.training, lead.job.parallel.framework.value,
+                          dispatch).describe(ops))
 
 
 def training_ranks(placed: Sequence[Placed]) -> int:

@@ -277,8 +277,9 @@ def _how(setup: Setup, method: symmetry.Method, result, slowdown, trained: pd.Da
     stall = durations.host_stall(critical)
     faults = fabric.graph.graph.get("faults")
     return dict(simulated_ranks=len(ranks), simulation=note, simulation_exact=exact,
-                compute_model=jobs.compute_model(placed, setup.model, program.ops[critical])
-                + _host_share(stall, kernels),
+                compute_model=jobs.compute_model(
+                    placed, setup.model, program.ops[critical],
+                    setup.scenario.machine.cluster.host_dispatch) + _host_share(stall, kernels),
                 **_token_exchange(program.ops[critical]),
                 host_stall_s=stall,
                 overlap_slowdown=slowdown.note(),
