@@ -46,7 +46,6 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
            asked: bool = False) -> str:
     """The summary for a person (``traced``: whether trace.json was written;
     ``asked``: left out because --no-trace said so)."""
-    mem = summary["memory_gib"]
     lines = [
         f"iteration time   {format_time(summary['iteration_time_s'])}",
         f"throughput       {summary['tokens_per_s']:,.0f} tokens/s, "
@@ -62,6 +61,26 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
         f"waiting {format_time(summary['comm_wait_s'])}, "
         f"bubble {format_time(summary['bubble_s'])}",
         _critical_line(summary["critical_path"]),
+        *_memory_lines(summary),
+        *_job_lines(summary),
+        *_moe_lines(summary),
+        *_straggler_lines(summary),
+        *([f"nvlink           {summary['nvlink_domains']}"] if "nvlink_domains" in summary
+          else []),
+        *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
+        *(["blame            " + "; ".join(
+            f"{c['kind']} {c['cause']} {format_time(c['seconds'])}" for c in summary["blame"][:3])
+           + " beyond the ideal (clustersim blame RUN_DIR)"] if summary.get("blame") else []),
+        *_simulated_lines(summary, command_s),
+        f"outputs          {out}/" + _untraced(out, traced, asked),
+    ]
+    return "\n".join(lines)
+
+
+def _memory_lines(summary: dict) -> list[str]:
+    """Peak GPU memory by category (and the OOM), and host memory where used."""
+    mem = summary["memory_gib"]
+    return [
         f"peak memory      {summary['peak_memory_gib']:.2f} GiB of "
         f"{summary['gpu_memory_gib']:.0f} GiB"
         + (f" (OOM: rank {summary['oom_rank']} by {summary['oom_excess_gib']:.2f} GiB"
@@ -72,15 +91,13 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
            f"{summary['host_memory_capacity_gib']:.0f} GiB per GPU  [" + ", ".join(
                f"{k} {format_bytes(v * 2**30)}" for k, v in summary["host_memory_gib"].items())
            + "]"] if "host_peak_memory_gib" in summary else []),
-        *_job_lines(summary),
-        *_moe_lines(summary),
-        *_straggler_lines(summary),
-        *([f"nvlink           {summary['nvlink_domains']}"] if "nvlink_domains" in summary
-          else []),
-        *([f"faults           {'; '.join(summary['faults'])}"] if "faults" in summary else []),
-        *(["blame            " + "; ".join(
-            f"{c['kind']} {c['cause']} {format_time(c['seconds'])}" for c in summary["blame"][:3])
-           + " beyond the ideal (clustersim blame RUN_DIR)"] if summary.get("blame") else []),
+    ]
+
+
+def _simulated_lines(summary: dict, command_s: float) -> list[str]:
+    """How the run was simulated: the method, what timed the kernels, the host,
+    the token exchanges, NCCL beside compute, events and wall time."""
+    return [
         f"simulated        {summary['simulation']}",
         f"                 kernels timed by the {summary['compute_model']}; "
         f"host-bound launches add {format_time(summary['host_stall_s'])} of compute",
@@ -92,9 +109,7 @@ def _human(summary: dict, out: Path, command_s: float, traced: bool = True,
         + (f" over {summary['job_runs']} runs (each training job alone, then all together)"
            if summary.get("job_runs", 1) > 1 else "") + "; "
         f"whole command with its outputs {command_s:.2f} s",
-        f"outputs          {out}/" + _untraced(out, traced, asked),
     ]
-    return "\n".join(lines)
 
 
 def _untraced(out: Path, traced: bool, asked: bool) -> str:
