@@ -17,7 +17,10 @@ ignores the lead
 the host gains while the GPU waits for communication, and starts each step
 without lead, so it charges at most a few launches per step too many; steps
 of one kind get the same durations, so they share one of the engine's replay
-templates (``engine.passes``).
+templates (``engine.passes``). A kernel's wait for its launch, ``max(0, r_i -
+g_{i-1})``, is the leading part of its effective duration (``race_waits``,
+``host_bound_waits``: carried per step kind as the durations are); the
+outputs show it (``runner.host_waits``: spans' ``host_wait_s``).
 Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs,
 but for the optimizer's first, which waits one launch for each of the host's
 synchronisations before it (Megatron-Core's gradient norm, ``host_costs``).

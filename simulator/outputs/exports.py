@@ -5,13 +5,13 @@ The Chrome trace-event format (``trace.json``) opens in Perfetto and
 chrome://tracing: one process per server, one thread per (GPU, stream),
 complete ("X") events in microseconds with the span's details as args (bytes,
 phase, micro-batch, layer; for communication also the group, collective,
-algorithm and protocol of its call; for a host-bound kernel ``host_wait_us``, the
-leading part of its slice spent waiting for the host's launch), flow arrows ("s"/"t"/"f") linking the
-ranks of each collective call and each message, and counters ("C") for memory
-over time and link traffic per server. Everything is written in a fixed order
-with fixed float formatting, so the same run gives the same bytes (``wall_s``
-is the one key of summary.json that is a measurement of this machine, and it
-is left out of the trace and CSVs).
+algorithm and protocol of its call; for a host-bound kernel ``host_wait_us``,
+the leading part of its slice spent waiting for the host's launch), flow
+arrows ("s"/"t"/"f") linking the ranks of each collective call and each
+message, and counters ("C") for memory over time and link traffic per server.
+Everything is written in a fixed order with fixed float formatting, so the
+same run gives the same bytes (``wall_s`` is the one key of summary.json that
+is a measurement of this machine, and it is left out of the trace and CSVs).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _slices(spans: pd.DataFrame, calls: dict[int, dict]) -> list[str]:
     hundreds of thousands: formatting them directly is several times faster
     than building dicts for ``json.dumps``), args naming its rank, stream,
     phase, micro-batch, layer, bytes and, for communication, its call's group
-    and algorithm."""
+    and algorithm; a host-bound kernel's ``host_wait_us``."""
     text = _JsonStrings()
     extra = {row: "".join(f",{json.dumps(k)}:{json.dumps(v)}" for k, v in args.items())
              for row, args in calls.items()}
