@@ -9,8 +9,9 @@ start are its compute ops in program order (as ``contention.slowed`` reads
 them): one span per op takes its op's wait. At ``simulation.span_detail:
 layer`` a span holds a run of one layer pass's kernels; each layer pass's
 waits are spread over its spans in proportion to their lengths (the total
-kept). Everything else (communication, copies, kernels the host kept ahead
-of) is 0.
+kept). A wait is at most its span (jittered kernels, ``compute.jitter``, can
+be shorter than the host's unjittered wait). Everything else (communication,
+copies, kernels the host kept ahead of) is 0.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def attach(spans: pd.DataFrame, program: Program, durations: Callable) -> pd.Dat
     if waits_of is not None and len(spans):
         ranks = spans["rank"].to_numpy()
         compute = (spans["kind"] == "compute").to_numpy()
-        streams = spans["stream"].astype(str).to_numpy()
+        codes, names = pd.factorize(spans["stream"])  # (categories: no text compared)
+        code = {str(name): n for n, name in enumerate(names)}
         cache: dict[int, dict[str, np.ndarray]] = {}
         for rank in np.unique(ranks).tolist():
             waits = waits_of(rank) if rank < program.ranks else None
@@ -43,9 +45,10 @@ def attach(spans: pd.DataFrame, program: Program, durations: Callable) -> pd.Dat
             lo, hi = np.searchsorted(ranks, [rank, rank + 1])
             rows = lo + np.flatnonzero(compute[lo:hi])
             for stream, where in _kernels(program, rank, cache).items():
-                mine = rows[streams[rows] == stream]
+                mine = rows[codes[rows] == code.get(stream, -1)]
                 column[mine] = _spread(spans, mine, program.ops[rank], where, waits[where])
-    return spans.assign(**{COLUMN: column})
+    length = spans["end"].to_numpy() - spans["start"].to_numpy()
+    return spans.assign(**{COLUMN: np.minimum(column, np.maximum(length, 0.0))})
 
 
 def _kernels(program: Program, rank: int, cache: dict) -> dict[str, np.ndarray]:
