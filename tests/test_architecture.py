@@ -296,4 +296,5 @@ def test_a_run_walks_the_runners_modules_in_order():
     finally:
         sys.setprofile(None)
     assert [n.rsplit(".", 1)[1] for n in first] == [
-        "simulate", "jobs", "setup", "symmetry", "loops", "contention", "result"]
+        "simulate", "jobs", "setup", "symmetry", "loops", "contention", "result",
+        "host_waits"]  # (the result's spans' launch waits)

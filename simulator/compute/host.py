@@ -17,7 +17,10 @@ ignores the lead
 the host gains while the GPU waits for communication, and starts each step
 without lead, so it charges at most a few launches per step too many; steps
 of one kind get the same durations, so they share one of the engine's replay
-templates (``engine.passes``).
+templates (``engine.passes``). A kernel's wait for its launch, ``max(0, r_i -
+g_{i-1})``, is the leading part of its effective duration (``race_waits``,
+``host_bound_waits``: carried per step kind as the durations are); the
+outputs show it (``runner.host_waits``: spans' ``host_wait_s``).
 Kernels outside steps (the optimizer's fused multi-tensor step) keep theirs,
 but for the optimizer's first, which waits one launch for each of the host's
 synchronisations before it (Megatron-Core's gradient norm, ``host_costs``).
@@ -59,15 +62,29 @@ def race(durations: np.ndarray, launches: np.ndarray, per_launch: float,
     ...      np.array([False, False, False, True])).tolist()
     [3.0, 2.0, 11.0, 3.0]
     """
+    return race_waits(durations, launches, per_launch, syncs)[0]
+
+
+def race_waits(durations: np.ndarray, launches: np.ndarray, per_launch: float,
+               syncs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``race``'s effective durations and each kernel's wait for its launch, the
+    leading part of its effective duration (``max(0, r_i - g_{i-1})``: exactly 0
+    where the host was ahead).
+
+    >>> race_waits(np.array([1.0, 1.0, 10.0, 1.0]), np.array([1, 1, 1, 1]), 2.0)[1].tolist()
+    [2.0, 1.0, 1.0, 0.0]
+    """
     waits = np.zeros(len(durations), bool) if syncs is None else syncs
-    issued, end, out = 0.0, 0.0, np.empty_like(durations)
+    issued, end = 0.0, 0.0
+    out, late = np.empty_like(durations), np.zeros_like(durations)
     for i, (d, n, wait) in enumerate(zip(durations.tolist(), (launches * per_launch).tolist(),
                                          waits.tolist(), strict=True)):
         issued = (max(issued, end) if wait else issued) + n
         start = max(end, issued)
         out[i] = start + d - end
+        late[i] = start - end
         end = start + d
-    return out
+    return out, late
 
 
 def host_syncs(ops: Sequence[Op], compute: Sequence[int]) -> np.ndarray:
@@ -89,33 +106,43 @@ def host_bound(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
     falls behind (the same for every step of one kind), and the optimizer's
     first kernel after the host's synchronisations (``host``: the job's
     ``HostPlan``, or seconds per launch for an eager PyTorch host)."""
+    return host_bound_waits(ops, steps, durations, host)[0]
+
+
+def host_bound_waits(ops: Sequence[Op], steps: Sequence[tuple], durations: np.ndarray,
+                     host: HostPlan | float) -> tuple[np.ndarray, np.ndarray | None]:
+    """``host_bound``'s durations and each op's wait for its launch (the leading
+    part of its stretched duration; None where nothing waits), carried like the
+    durations: the same for every step of one kind."""
     plan = host if isinstance(host, HostPlan) else HostPlan(float(host))
     if plan.idle or not steps:
-        return durations
-    out = durations.copy()
-    done: dict[object, np.ndarray] = {}
+        return durations, None
+    out, late = durations.copy(), np.zeros(len(durations))
+    done: dict[object, tuple[np.ndarray, np.ndarray]] = {}
     for first, end, key in steps:
         compute = [i for i in range(first, end) if ops[i].kind is OpKind.COMPUTE
                    and ops[i].kernel not in HOST_KERNELS]  # (copies: their own stream)
         if not compute:
             continue
         stretched = done.get(key)
-        if stretched is None or len(stretched) != len(compute):
+        if stretched is None or len(stretched[0]) != len(compute):
             seconds, inside = plan.host_seconds(ops, compute)
             syncs = host_syncs(ops, compute) & ~inside
-            stretched = done[key] = race(durations[compute], seconds, 1.0, syncs)
-        out[compute] = stretched
-    return _after_syncs(ops, out, plan)
+            stretched = done[key] = race_waits(durations[compute], seconds, 1.0, syncs)
+        out[compute], late[compute] = stretched
+    _after_syncs(ops, out, late, plan)
+    return out, late
 
 
-def _after_syncs(ops: Sequence[Op], durations: np.ndarray, plan: HostPlan) -> np.ndarray:
+def _after_syncs(ops: Sequence[Op], durations: np.ndarray, late: np.ndarray,
+                 plan: HostPlan) -> None:
     """The optimizer's first GPU kernel waits one launch per host synchronisation
     before it (``HostPlan.optimizer_syncs``: the host's lead is gone)."""
     if not plan.optimizer_syncs:
-        return durations
+        return
     first = next((i for i, op in enumerate(ops) if op.phase is Phase.OPTIMIZER
                   and op.kind is OpKind.COMPUTE and op.kernel not in HOST_KERNELS), None)
     if first is not None:
-        durations[first] = race(durations[first:first + 1], np.array([plan.optimizer_syncs]),
-                                plan.kernel_launch)[0]
-    return durations
+        effective, wait = race_waits(durations[first:first + 1],
+                                     np.array([plan.optimizer_syncs]), plan.kernel_launch)
+        durations[first], late[first] = effective[0], wait[0]

@@ -1,5 +1,6 @@
 """Everything a person looks at: one style module (``style``: palette, formats,
-saving), the Gantt (``gantt``; ``bars``: bars below a pixel merged), memory
+saving), the Gantt (``gantt``; ``bars``: bars below a pixel merged;
+``launch_waits``: host-bound kernels' waits for their launch), memory
 (``memory_plot``), communication (``comms_plot``), sweep (``sweep_plot``),
 search (``search_plot``) and link-utilisation (``link_heatmap``) figures, the
 Perfetto trace and tables (``exports``), which ranks a view shows

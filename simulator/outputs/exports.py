@@ -5,12 +5,13 @@ The Chrome trace-event format (``trace.json``) opens in Perfetto and
 chrome://tracing: one process per server, one thread per (GPU, stream),
 complete ("X") events in microseconds with the span's details as args (bytes,
 phase, micro-batch, layer; for communication also the group, collective,
-algorithm and protocol of its call), flow arrows ("s"/"t"/"f") linking the
-ranks of each collective call and each message, and counters ("C") for memory
-over time and link traffic per server. Everything is written in a fixed order
-with fixed float formatting, so the same run gives the same bytes (``wall_s``
-is the one key of summary.json that is a measurement of this machine, and it
-is left out of the trace and CSVs).
+algorithm and protocol of its call; for a host-bound kernel ``host_wait_us``,
+the leading part of its slice spent waiting for the host's launch), flow
+arrows ("s"/"t"/"f") linking the ranks of each collective call and each
+message, and counters ("C") for memory over time and link traffic per server.
+Everything is written in a fixed order with fixed float formatting, so the
+same run gives the same bytes (``wall_s`` is the one key of summary.json that
+is a measurement of this machine, and it is left out of the trace and CSVs).
 """
 
 from __future__ import annotations
@@ -83,13 +84,14 @@ def _slices(spans: pd.DataFrame, calls: dict[int, dict]) -> list[str]:
     hundreds of thousands: formatting them directly is several times faster
     than building dicts for ``json.dumps``), args naming its rank, stream,
     phase, micro-batch, layer, bytes and, for communication, its call's group
-    and algorithm."""
+    and algorithm; a host-bound kernel's ``host_wait_us``."""
     text = _JsonStrings()
     extra = {row: "".join(f",{json.dumps(k)}:{json.dumps(v)}" for k, v in args.items())
              for row, args in calls.items()}
     start = (spans["start"].to_numpy(float) * 1e6).tolist()
     dur = ((spans["end"].to_numpy(float) - spans["start"].to_numpy(float)) * 1e6).tolist()
     call = spans["call"].tolist() if "call" in spans.columns and calls else [-1] * len(spans)
+    late = _launch_waits(spans)
     columns = [spans[c].tolist() for c in ("rank", "node", "stream", "kind", "name", "phase",
                                            "microbatch", "layer", "bytes")]
     return [
@@ -97,9 +99,18 @@ def _slices(spans: pd.DataFrame, calls: dict[int, dict]) -> list[str]:
         f'"cat":{text(kind)},"ts":{round(ts, 6)!r},"dur":{round(d, 6)!r},"args":{{'
         f'"rank":{int(rank)},"stream":{text(stream)},"phase":{text(phase)},'
         f'"microbatch":{int(mb)},"layer":{int(layer)},"bytes":{float(nbytes)!r}'
-        f'{extra.get(int(c), "") if c >= 0 else ""}}}}}'
-        for (rank, node, stream, kind, name, phase, mb, layer, nbytes), ts, d, c in zip(
-            zip(*columns, strict=True), start, dur, call, strict=True)]
+        f'{extra.get(int(c), "") if c >= 0 else ""}{w}}}}}'
+        for (rank, node, stream, kind, name, phase, mb, layer, nbytes), ts, d, c, w in zip(
+            zip(*columns, strict=True), start, dur, call, late, strict=True)]
+
+
+def _launch_waits(spans: pd.DataFrame) -> list[str]:
+    """Each slice's ``host_wait_us`` arg as JSON text: its wait for its launch
+    (spans' ``host_wait_s``), only where it waited."""
+    if "host_wait_s" not in spans.columns:
+        return [""] * len(spans)
+    return [f',"host_wait_us":{round(w * 1e6, 6)!r}' if w > 0 else ""
+            for w in spans["host_wait_s"].to_numpy(float).tolist()]
 
 
 class _JsonStrings(dict):
@@ -156,8 +167,8 @@ def _counters(counters: Mapping[tuple[int, str], tuple[np.ndarray, np.ndarray]])
 def layer_detail(spans: pd.DataFrame) -> pd.DataFrame:
     """One span per layer pass and stream: the spans of one rank, stream, kind,
     phase, micro-batch and layer merged, from the first's start to the last's
-    end (named ``layer <n>``; bytes summed; the log row kept where it was one
-    call). For traces of runs too large to show kernel by kernel; spans outside
+    end (named ``layer <n>``; bytes and launch waits summed; the log row kept where
+    it was one call). For traces of runs too large to show kernel by kernel; spans outside
     layers (layer -1: embedding, optimizer, gradient buckets) stay as they are.
 
     >>> s = pd.DataFrame({"rank": [0, 0, 0], "node": 0, "stream": "compute",
@@ -169,8 +180,9 @@ def layer_detail(spans: pd.DataFrame) -> pd.DataFrame:
     """
     inside = spans["layer"].to_numpy() >= 0
     keys = ["rank", "node", "stream", "kind", "phase", "microbatch", "layer"]
+    sums = {c: (c, "sum") for c in ("bytes", "host_wait_s") if c in spans.columns}
     merged = spans[inside].groupby(keys, observed=True, sort=False).agg(
-        start=("start", "min"), end=("end", "max"), bytes=("bytes", "sum"),
+        start=("start", "min"), end=("end", "max"), **sums,
         call=("call", "min"), calls=("call", "nunique")).reset_index()
     merged.loc[merged.pop("calls") > 1, "call"] = -1
     merged["name"] = "layer " + merged["layer"].astype(str)

@@ -6,7 +6,8 @@ below it, one sub-lane per communication stream present (tensor, context, data
 and pipeline parallel, coloured by stream). Waiting for peers in a collective
 is vermillion with hatching; a pipeline stage waiting for its neighbour (the
 bubble) is grey, in its lane and shading the idle compute lane, so the two
-stay apart in print. With ``streams=True`` every
+stay apart in print. A host-bound kernel's wait for its launch, the leading
+part of its bar, is the compute colour lightened (``launch_waits``). With ``streams=True`` every
 (rank, stream) gets its own row instead.
 
 Ranks whose timelines are identical (same spans, same times) share one row
@@ -32,6 +33,7 @@ from matplotlib.patches import Patch
 
 from simulator.analysis.timeline import rank_table
 from simulator.base.ir import COMMUNICATION_STREAMS, EP_RDMA_STREAM, PACING, PP_STREAM
+from simulator.outputs import launch_waits
 from simulator.outputs.bars import bars, rectangles
 from simulator.outputs.selection import spread
 from simulator.outputs.style import save, time_unit
@@ -184,7 +186,8 @@ def _window(spans: pd.DataFrame, start: float | None, end: float | None) -> pd.D
     lo = 0.0 if start is None else start
     hi = float(spans["end"].max()) if end is None else end
     frame = spans[(spans["end"] > lo) & (spans["start"] < hi)]
-    return frame.assign(start=frame["start"].clip(lower=lo), end=frame["end"].clip(upper=hi))
+    return launch_waits.clip(frame, frame.assign(start=frame["start"].clip(lower=lo),
+                                                 end=frame["end"].clip(upper=hi)))
 
 
 def _blocks(part: pd.DataFrame) -> pd.DataFrame:
@@ -246,6 +249,8 @@ def draw(ax: Axes, spans: pd.DataFrame, rows: list[Row], scale: float,
             rectangles(ax, (x[~wide], w[~wide]), y + offset, height,
                         facecolor=CATEGORIES[name], linewidth=0)
             used.add(name)
+        if launch_waits.draw(ax, frame, lanes, y, scale, gap, HATCH_MIN * width):
+            used.add(launch_waits.LABEL)
         bubbles = frame[(frame["kind"] == "wait") & (frame["stream"] == PP_STREAM)]
         if not streams and len(bubbles):  # the bubble also shades the idle compute lane
             offset, height = lanes["compute"]
@@ -289,6 +294,8 @@ def _legend(fig: Figure, used: set[str]) -> None:
     """The span categories, below the chart (outside the axes: nothing overlaps)."""
     handles = [Patch(facecolor=c, label=n, hatch=HATCH.get(n), edgecolor="white")
                for n, c in CATEGORIES.items() if n in used]
+    if launch_waits.LABEL in used:
+        handles.append(launch_waits.handle(CATEGORIES["forward"]))
     fig.legend(handles=handles, loc="outside lower center",
                ncol=min(5, max(1, len(handles))), frameon=False, fontsize=7)
 

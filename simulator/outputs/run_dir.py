@@ -3,7 +3,8 @@
     summary.json        the summary (see simulator.analysis.summary)
     scenario.yaml       the scenario as given (with --set applied)
     spans.parquet       every span: rank, node, stream, kind, name, start, end,
-                        phase, micro-batch, layer, bytes, call (row of comms)
+                        phase, micro-batch, layer, bytes, call (row of comms),
+                        host_wait_s (a kernel's wait for its launch, else 0)
     spans.csv           the same as CSV, when there are at most CSV_ROWS spans
                         (or with ``clustersim run --spans-csv``)
     placement.csv       rank, GPU and server of every rank

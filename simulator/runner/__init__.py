@@ -10,7 +10,8 @@ ranks to simulate and with which engine plug-ins, the fastest exact one by
 default), the loops that run the engine until its result holds (``loops``:
 lockstep refinement when a class of ranks diverges, the NCCL-beside-compute
 slow-down solved as a fixed point over runs in ``contention``), and the result
-(``result``: the span and call tables, the summary, blame, the RunResult).
+(``result``: the span and call tables, the summary, blame, the RunResult;
+``host_waits``: each compute span's wait for its launch).
 
 May import every ``simulator`` package below it (``config`` and lower); the
 experiments (sweeps, validation, the layout search) and the CLI run it.

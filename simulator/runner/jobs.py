@@ -99,6 +99,7 @@ def durations(placed: Sequence[Placed], program: Program, scenario, speed,
     def run(rank: int) -> np.ndarray:
         return of(rank)(rank)
     run.host_stall = lambda rank: of(rank).host_stall(rank)
+    run.host_waits = lambda rank: of(rank).host_waits(rank)
     return run
 
 
@@ -108,6 +109,7 @@ def _recorded(durations: Sequence[np.ndarray], first: int) -> Callable:
     def of(rank: int) -> np.ndarray:
         return durations[rank - first]
     of.host_stall = lambda rank: 0.0
+    of.host_waits = lambda rank: None
     return of
 
 
@@ -120,6 +122,7 @@ def _pacing(program: Program, period: float) -> Callable:
             cache[id(ops)] = np.array([period if op.name == PACING else 0.0 for op in ops])
         return cache[id(ops)]
     durations.host_stall = lambda rank: 0.0
+    durations.host_waits = lambda rank: None
     return durations
 
 

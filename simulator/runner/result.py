@@ -33,7 +33,7 @@ from simulator.engine.records import (
     SPAN_TEXT,
     SimulationError,
 )
-from simulator.runner import jobs, symmetry
+from simulator.runner import host_waits, jobs, symmetry
 from simulator.runner.setup import Setup
 
 
@@ -208,6 +208,7 @@ def assemble(setup: Setup, method: symmetry.Method, result, spans: pd.DataFrame,
     path = slowdown.path if slowdown.path is not None and trained is spans else \
         critical_path(trained)
     summary = _summary(setup, result, spans, trained, comms, path, alone)
+    spans = host_waits.attach(spans, program, setup.durations)  # (before copies)
     spans, folded = _expanded(setup, result, spans)
     if not math.isfinite(summary["iteration_time_s"]):  # never a result to keep
         raise SimulationError(f"the iteration time came out as {summary['iteration_time_s']}")

@@ -19,7 +19,7 @@ from simulator.base import footprint
 from simulator.base.ir import HOST_KERNELS, Program
 from simulator.collectives.states import FabricStates
 from simulator.compute import stragglers, throttle
-from simulator.compute.host import host_bound
+from simulator.compute.host import host_bound_waits
 from simulator.compute.host_costs import HostPlan
 from simulator.compute.model import ComputeModel
 from simulator.config.scenario import Scenario
@@ -98,9 +98,11 @@ def durations_of(program: Program, model: ComputeModel, host: HostPlan | float =
     (shared by the ranks of one program and speed), kernels slowed by the rank's
     GPU's ``speed`` factor (``compute.stragglers``; None: all 1), host-bound
     kernels stretched (``compute.host``: the job's ``HostPlan``, or seconds of
-    host time per kernel, which a slow GPU does not change)."""
+    host time per kernel, which a slow GPU does not change). Its ``host_stall``
+    is a rank's total of launch waits, its ``host_waits`` each op's (None: none)."""
     base: dict[tuple, Any] = {}
     stalls: dict[tuple, float] = {}
+    waits: dict[tuple, np.ndarray | None] = {}
 
     def key(rank: int) -> tuple:
         return id(program.ops[rank]), 1.0 if speed is None else float(speed[rank])
@@ -113,11 +115,14 @@ def durations_of(program: Program, model: ComputeModel, host: HostPlan | float =
             kernels = model.durations(ops)
             if k[1] != 1.0:  # a slow GPU's kernels; its copies and host work keep their pace
                 kernels *= np.where([op.kernel in HOST_KERNELS for op in ops], 1.0, k[1])
-            base[k] = host_bound(ops, steps, kernels, host)
+            base[k], waits[k] = host_bound_waits(ops, steps, kernels, host)
             stalls[k] = float(base[k].sum() - kernels.sum())
         return base[k]
 
+    def host_waits(rank: int) -> np.ndarray | None:
+        durations(rank)
+        return waits[key(rank)]
+
     durations.host_stall = lambda rank: stalls.get(key(rank), 0.0)
+    durations.host_waits = host_waits
     return durations
-
-
